@@ -1,0 +1,147 @@
+package collectives
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+)
+
+// Float is the element type of dense collectives.
+type Float interface{ ~float32 | ~float64 }
+
+// Number is any fixed-size element that can be viewed as bytes.
+type Number interface {
+	~float32 | ~float64 | ~uint8 | ~int8 | ~uint16 | ~int16 | ~uint32 | ~int32 | ~uint64 | ~int64
+}
+
+// DType names an element type on the wire.
+type DType uint8
+
+// Element types.
+const (
+	DTypeNone DType = iota
+	Float32
+	Float64
+)
+
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case Float64:
+		return "float64"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// Size is the element size in bytes.
+func (d DType) Size() int {
+	switch d {
+	case Float32:
+		return 4
+	case Float64:
+		return 8
+	}
+	return 0
+}
+
+// DTypeOf returns the DType of T.
+func DTypeOf[T Float]() DType {
+	var z T
+	if unsafe.Sizeof(z) == 4 {
+		return Float32
+	}
+	return Float64
+}
+
+// ReduceOp is the reduction applied by Allreduce and ReduceScatter.
+type ReduceOp uint8
+
+// Reductions.
+const (
+	Sum ReduceOp = iota
+	Min
+	Max
+)
+
+func (r ReduceOp) String() string {
+	switch r {
+	case Sum:
+		return "sum"
+	case Min:
+		return "min"
+	case Max:
+		return "max"
+	}
+	return fmt.Sprintf("reduce(%d)", uint8(r))
+}
+
+// Algo selects an algorithm. AlgoAuto lets the cost model choose.
+type Algo uint8
+
+// Algorithms. Dense allreduce uses Ring, Rabenseifner and
+// RecursiveDoubling; sparse allreduce the SSAR/DSAR family and
+// AllgatherSparse.
+const (
+	AlgoAuto Algo = iota
+	AlgoRing
+	AlgoRabenseifner
+	AlgoRecursiveDoubling
+	AlgoSSARRecursiveDoubling
+	AlgoSSARSplitAllgather
+	AlgoDSAR
+	AlgoSparseAllgather
+	AlgoDirect // simple direct or tree schemes (broadcast, barrier, allgatherv)
+	algoCount
+)
+
+var algoNames = [...]string{
+	AlgoAuto:                  "auto",
+	AlgoRing:                  "ring",
+	AlgoRabenseifner:          "rabenseifner",
+	AlgoRecursiveDoubling:     "recursive-doubling",
+	AlgoSSARRecursiveDoubling: "ssar-rd",
+	AlgoSSARSplitAllgather:    "ssar-split",
+	AlgoDSAR:                  "dsar",
+	AlgoSparseAllgather:       "allgather",
+	AlgoDirect:                "direct",
+}
+
+func (a Algo) String() string {
+	if int(a) < len(algoNames) {
+		return algoNames[a]
+	}
+	return fmt.Sprintf("algo(%d)", uint8(a))
+}
+
+// ParseAlgo parses an algorithm name as printed by Algo.String.
+func ParseAlgo(s string) (Algo, error) {
+	for i, n := range algoNames {
+		if strings.EqualFold(s, n) {
+			return Algo(i), nil
+		}
+	}
+	return AlgoAuto, fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(algoNames[:], ", "))
+}
+
+// AsBytes views a slice of numbers as bytes without copying. The machine's
+// byte order is the wire's: every rank of a job must share it (all
+// platforms Go supports for this library are little-endian).
+func AsBytes[T Number](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// FromBytes views bytes as a slice of numbers without copying. len(b) must
+// be a multiple of the element size and b suitably aligned (buffers from
+// make, GetBuf or AsBytes are).
+func FromBytes[T Number](b []byte) []T {
+	var z T
+	sz := int(unsafe.Sizeof(z))
+	if len(b) < sz {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/sz)
+}

@@ -1,0 +1,11 @@
+module github.com/sparcml/sparcml
+
+go 1.26.8
+
+require (
+	github.com/Mellanox/rdmamap v1.1.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	github.com/vishvananda/netlink v1.1.0 // indirect
+	github.com/vishvananda/netns v0.0.0-20191106174202-0a2b9b5464df // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

@@ -1,0 +1,93 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrPeerLost: a peer closed its connection or died.
+	ErrPeerLost = errors.New("peer lost")
+	// ErrMismatch: ranks called different collectives, or the same one
+	// with different arguments, at the same sequence number.
+	ErrMismatch = errors.New("collective mismatch")
+	// ErrAborted: Abort was called on this rank or a peer failed the
+	// operation.
+	ErrAborted = errors.New("aborted")
+	// ErrClosed: the transport was closed.
+	ErrClosed = errors.New("transport closed")
+	// ErrProtocol: a peer sent a malformed, oversized or wrong-version frame.
+	ErrProtocol = errors.New("protocol error")
+	// ErrInvalid: bad arguments.
+	ErrInvalid = errors.New("invalid argument")
+)
+
+// PeerError says which peer failed and why. It wraps ErrPeerLost (or
+// ErrProtocol) and the underlying cause.
+type PeerError struct {
+	Peer int
+	Kind error // ErrPeerLost or ErrProtocol
+	Err  error
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("rank %d %v: %v", e.Peer, e.Kind, e.Err)
+}
+
+// Unwrap gives both the kind and the cause to errors.Is.
+func (e *PeerError) Unwrap() []error { return []error{e.Kind, e.Err} }
+
+// MismatchError reports that this rank's descriptor differs from the one a
+// peer sent for the same message.
+type MismatchError struct {
+	Tag    Tag
+	Local  Desc
+	Peer   int
+	Remote Desc
+	Rank   int
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%v: rank %d called %v but rank %d called %v at seq %d",
+		ErrMismatch, e.Rank, e.Local, e.Peer, e.Remote, e.Tag.Seq)
+}
+
+func (e *MismatchError) Unwrap() error { return ErrMismatch }
+
+// RemoteFailure is how an operation fails on this rank when a peer failed
+// it with FailOp (a mismatch it detected, a cancelled context, bad input).
+type RemoteFailure struct {
+	Peer   int
+	Reason string
+}
+
+func (e *RemoteFailure) Error() string {
+	return fmt.Sprintf("failed by rank %d: %s", e.Peer, e.Reason)
+}
+
+func (e *RemoteFailure) Unwrap() error { return ErrAborted }
+
+// Error is the error every collective returns: it carries this rank, the
+// peer involved (-1 for none), the operation, its sequence number and step.
+type Error struct {
+	Rank int
+	Peer int
+	Op   string
+	Seq  uint64
+	Step uint32
+	Err  error
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("sparcml: rank %d: %s seq %d", e.Rank, e.Op, e.Seq)
+	if e.Step != 0 {
+		s += fmt.Sprintf(" step %d", e.Step)
+	}
+	if e.Peer >= 0 {
+		s += fmt.Sprintf(" (peer %d)", e.Peer)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,300 @@
+package transport
+
+import (
+	"sync"
+)
+
+// Matcher pairs incoming messages with posted receives by (peer, Tag). It is
+// the part of receiving that every transport shares: a stream transport asks
+// Claim where to put a payload before reading it, so a message whose
+// receive is already posted lands in the caller's buffer with no copy;
+// anything else waits as an unexpected message, within a per-peer byte
+// budget that blocks the reader (back-pressure) rather than buffering
+// without bound.
+type Matcher struct {
+	rank  int
+	limit int64 // per-peer budget for unexpected bytes; 0 means unlimited
+
+	mu         sync.Mutex
+	space      *sync.Cond
+	posted     map[mkey]*posted
+	unexpected map[mkey]*message
+	unexpBytes map[int]int64
+	claimed    map[*Request]struct{}
+	failed     map[opKey]error
+	failedFIFO []opKey
+	err        error
+}
+
+type mkey struct {
+	peer int
+	tag  Tag
+}
+
+type opKey struct {
+	comm uint32
+	seq  uint64
+}
+
+type posted struct {
+	req  *Request
+	desc Desc
+	buf  []byte
+}
+
+type message struct {
+	desc Desc
+	data []byte
+}
+
+// maxFailedOps bounds how many failed operations are remembered, so late
+// messages of a failed operation are discarded instead of piling up.
+const maxFailedOps = 4096
+
+// NewMatcher returns a matcher for rank with a per-peer budget of limit
+// bytes of unexpected messages (0: unlimited). A single message larger than
+// the budget is still accepted when nothing else from that peer waits.
+func NewMatcher(rank int, limit int64) *Matcher {
+	m := &Matcher{
+		rank:       rank,
+		limit:      limit,
+		posted:     make(map[mkey]*posted),
+		unexpected: make(map[mkey]*message),
+		unexpBytes: make(map[int]int64),
+		claimed:    make(map[*Request]struct{}),
+		failed:     make(map[opKey]error),
+	}
+	m.space = sync.NewCond(&m.mu)
+	return m
+}
+
+// Post registers a receive. If the message already arrived it completes at
+// once, copied into buf when buf has the capacity.
+func (m *Matcher) Post(peer int, tag Tag, desc Desc, buf []byte) *Request {
+	req := NewRequest(peer, tag, false)
+	k := mkey{peer, tag}
+	m.mu.Lock()
+	if m.err != nil {
+		m.mu.Unlock()
+		req.Complete(nil, m.err)
+		return req
+	}
+	if err, ok := m.failed[opKey{tag.Comm, tag.Seq}]; ok {
+		m.mu.Unlock()
+		req.Complete(nil, err)
+		return req
+	}
+	if msg, ok := m.unexpected[k]; ok {
+		delete(m.unexpected, k)
+		m.release(peer, int64(len(msg.data)))
+		m.mu.Unlock()
+		if msg.desc != desc {
+			req.Complete(nil, m.mismatch(peer, tag, desc, msg.desc))
+			PutBuf(msg.data)
+			return req
+		}
+		data := msg.data
+		if cap(buf) >= len(data) {
+			data = buf[:len(data)]
+			copy(data, msg.data)
+			PutBuf(msg.data)
+		}
+		req.Complete(data, nil)
+		return req
+	}
+	if _, dup := m.posted[k]; dup {
+		m.mu.Unlock()
+		req.Complete(nil, &Error{Rank: m.rank, Peer: peer, Op: desc.Kind.String(), Seq: tag.Seq, Step: tag.Step,
+			Err: errorf(ErrInvalid, "a receive with this tag is already posted")})
+		return req
+	}
+	m.posted[k] = &posted{req: req, desc: desc, buf: buf}
+	m.mu.Unlock()
+	return req
+}
+
+func (m *Matcher) mismatch(peer int, tag Tag, local, remote Desc) error {
+	return &MismatchError{Tag: tag, Local: local, Peer: peer, Remote: remote, Rank: m.rank}
+}
+
+// Claim is called by a transport when the header of a message of n payload
+// bytes from peer has arrived. It returns where to read the payload (nil:
+// read and discard it) and a function to call once it has been read. It
+// blocks while the peer's unexpected budget is exhausted, and returns the
+// matcher's error once it has failed.
+func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (dst []byte, done func(), err error) {
+	k := mkey{peer, tag}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for {
+		if m.err != nil {
+			return nil, nil, m.err
+		}
+		if _, ok := m.failed[opKey{tag.Comm, tag.Seq}]; ok {
+			return nil, func() {}, nil
+		}
+		if p, ok := m.posted[k]; ok {
+			delete(m.posted, k)
+			if p.desc != desc {
+				p.req.Complete(nil, m.mismatch(peer, tag, p.desc, desc))
+				return nil, func() {}, nil
+			}
+			buf := p.buf
+			if cap(buf) < n {
+				buf = make([]byte, n)
+			}
+			buf = buf[:n]
+			m.claimed[p.req] = struct{}{}
+			return buf, func() { m.finishClaim(p.req, buf) }, nil
+		}
+		if _, dup := m.unexpected[k]; dup {
+			return nil, nil, errorf(ErrProtocol, "rank %d sent two messages with %v", peer, tag)
+		}
+		used := m.unexpBytes[peer]
+		if m.limit == 0 || used == 0 || used+int64(n) <= m.limit {
+			m.unexpBytes[peer] = used + int64(n)
+			buf := GetBuf(n)
+			return buf, func() { m.finishUnexpected(k, desc, buf) }, nil
+		}
+		m.space.Wait()
+	}
+}
+
+func (m *Matcher) finishClaim(req *Request, buf []byte) {
+	m.mu.Lock()
+	delete(m.claimed, req)
+	m.mu.Unlock()
+	req.Complete(buf, nil)
+}
+
+// finishUnexpected files a fully read unexpected message, unless a receive
+// was posted for it while it was being read.
+func (m *Matcher) finishUnexpected(k mkey, desc Desc, buf []byte) {
+	m.mu.Lock()
+	if m.err != nil {
+		m.release(k.peer, int64(len(buf)))
+		m.mu.Unlock()
+		return
+	}
+	if _, ok := m.failed[opKey{k.tag.Comm, k.tag.Seq}]; ok {
+		m.release(k.peer, int64(len(buf)))
+		m.mu.Unlock()
+		PutBuf(buf)
+		return
+	}
+	if p, ok := m.posted[k]; ok {
+		delete(m.posted, k)
+		m.release(k.peer, int64(len(buf)))
+		m.mu.Unlock()
+		if p.desc != desc {
+			p.req.Complete(nil, m.mismatch(k.peer, k.tag, p.desc, desc))
+			PutBuf(buf)
+			return
+		}
+		data := buf
+		if cap(p.buf) >= len(buf) {
+			data = p.buf[:len(buf)]
+			copy(data, buf)
+			PutBuf(buf)
+		}
+		p.req.Complete(data, nil)
+		return
+	}
+	m.unexpected[k] = &message{desc: desc, data: buf}
+	m.mu.Unlock()
+}
+
+// Deliver files a whole message whose payload is already in memory (for
+// transports that receive into their own buffers). data is copied.
+func (m *Matcher) Deliver(peer int, tag Tag, desc Desc, data []byte) error {
+	dst, done, err := m.Claim(peer, tag, desc, len(data))
+	if err != nil {
+		return err
+	}
+	copy(dst, data)
+	done()
+	return nil
+}
+
+func (m *Matcher) release(peer int, n int64) {
+	m.unexpBytes[peer] -= n
+	m.space.Broadcast()
+}
+
+// FailOp fails every posted receive of operation (comm, seq), drops its
+// unexpected messages and discards its later messages.
+func (m *Matcher) FailOp(comm uint32, seq uint64, err error) {
+	ok := opKey{comm, seq}
+	var fail []*Request
+	m.mu.Lock()
+	if _, seen := m.failed[ok]; !seen {
+		m.failed[ok] = err
+		m.failedFIFO = append(m.failedFIFO, ok)
+		if len(m.failedFIFO) > maxFailedOps {
+			delete(m.failed, m.failedFIFO[0])
+			m.failedFIFO = m.failedFIFO[1:]
+		}
+	}
+	for k, p := range m.posted {
+		if k.tag.Comm == comm && k.tag.Seq == seq {
+			fail = append(fail, p.req)
+			delete(m.posted, k)
+		}
+	}
+	for k, msg := range m.unexpected {
+		if k.tag.Comm == comm && k.tag.Seq == seq {
+			m.release(k.peer, int64(len(msg.data)))
+			delete(m.unexpected, k)
+		}
+	}
+	// Receives whose payload is being read right now are left to finish:
+	// failing them would let the caller reuse a buffer the reader is still
+	// writing into.
+	m.mu.Unlock()
+	for _, r := range fail {
+		r.Complete(nil, err)
+	}
+}
+
+// Abort fails everything pending and later with err. The first error wins.
+// A transport must stop its readers before calling Abort (or call it from
+// the reader itself), since receives being read into are failed too.
+func (m *Matcher) Abort(err error) {
+	var fail []*Request
+	m.mu.Lock()
+	if m.err == nil {
+		m.err = err
+	}
+	err = m.err
+	for k, p := range m.posted {
+		fail = append(fail, p.req)
+		delete(m.posted, k)
+	}
+	for r := range m.claimed {
+		fail = append(fail, r)
+	}
+	for k := range m.unexpected {
+		delete(m.unexpected, k)
+	}
+	clear(m.unexpBytes)
+	m.space.Broadcast()
+	m.mu.Unlock()
+	for _, r := range fail {
+		r.Complete(nil, err)
+	}
+}
+
+// Err returns the error the matcher was aborted with, or nil.
+func (m *Matcher) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// Pending returns the number of posted receives and unexpected messages,
+// for tests and leak checks.
+func (m *Matcher) Pending() (posted, unexpected int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.posted), len(m.unexpected)
+}

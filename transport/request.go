@@ -1,0 +1,102 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Request is one pending send or receive. Transports create it with
+// NewRequest and finish it with Complete; callers poll it with Test, wait
+// on it with Wait or select on Done.
+type Request struct {
+	Peer int
+	Tag  Tag
+	Send bool
+
+	once sync.Once
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// NewRequest returns a pending request.
+func NewRequest(peer int, tag Tag, send bool) *Request {
+	return &Request{Peer: peer, Tag: tag, Send: send, done: make(chan struct{})}
+}
+
+// Failed returns a request that is already complete with err.
+func Failed(peer int, tag Tag, send bool, err error) *Request {
+	r := NewRequest(peer, tag, send)
+	r.Complete(nil, err)
+	return r
+}
+
+// Complete finishes the request. Only the first call has an effect, so a
+// transport may race a completion against an abort safely.
+func (r *Request) Complete(data []byte, err error) bool {
+	first := false
+	r.once.Do(func() {
+		r.data, r.err = data, err
+		close(r.done)
+		first = true
+	})
+	return first
+}
+
+// Done is closed when the request completes.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
+// Test reports whether the request has completed, and its error if so.
+func (r *Request) Test() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+// Wait blocks until the request completes or ctx ends. A context error is
+// returned as is; the request stays pending.
+func (r *Request) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Err returns the request's error once complete.
+func (r *Request) Err() error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+		return nil
+	}
+}
+
+// Data returns the received payload once a receive has completed.
+func (r *Request) Data() []byte {
+	select {
+	case <-r.done:
+		return r.data
+	default:
+		return nil
+	}
+}
+
+func (r *Request) String() string {
+	dir := "recv from"
+	if r.Send {
+		dir = "send to"
+	}
+	return fmt.Sprintf("%s rank %d (%v)", dir, r.Peer, r.Tag)
+}
