@@ -23,6 +23,7 @@ type Matcher struct {
 	claimed    map[*Request]struct{}
 	failed     map[opKey]error
 	failedFIFO []opKey
+	gone       map[int]error // peers that closed gracefully
 	err        error
 }
 
@@ -63,6 +64,7 @@ func NewMatcher(rank int, limit int64) *Matcher {
 		unexpBytes: make(map[int]int64),
 		claimed:    make(map[*Request]struct{}),
 		failed:     make(map[opKey]error),
+		gone:       make(map[int]error),
 	}
 	m.space = sync.NewCond(&m.mu)
 	return m
@@ -84,7 +86,13 @@ func (m *Matcher) Post(peer int, tag Tag, desc Desc, buf []byte) *Request {
 		req.Complete(nil, err)
 		return req
 	}
-	if msg, ok := m.unexpected[k]; ok {
+	msg, ok := m.unexpected[k]
+	if err, gone := m.gone[peer]; gone && !ok {
+		m.mu.Unlock()
+		req.Complete(nil, err)
+		return req
+	}
+	if ok {
 		delete(m.unexpected, k)
 		m.release(peer, int64(len(msg.data)))
 		m.mu.Unlock()
@@ -109,6 +117,9 @@ func (m *Matcher) Post(peer int, tag Tag, desc Desc, buf []byte) *Request {
 		return req
 	}
 	m.posted[k] = &posted{req: req, desc: desc, buf: buf}
+	// A reader may be blocked in Claim on the budget while holding the
+	// header of exactly this message: wake it so it can deliver.
+	m.space.Broadcast()
 	m.mu.Unlock()
 	return req
 }
@@ -250,6 +261,28 @@ func (m *Matcher) FailOp(comm uint32, seq uint64, err error) {
 	// Receives whose payload is being read right now are left to finish:
 	// failing them would let the caller reuse a buffer the reader is still
 	// writing into.
+	m.mu.Unlock()
+	for _, r := range fail {
+		r.Complete(nil, err)
+	}
+}
+
+// FailPeer is for a peer that closed its connection gracefully: receives
+// from it that are posted now or later fail with err (messages it sent
+// before closing are still delivered), while operations that do not involve
+// it go on. A peer that dies without saying goodbye is a matter for Abort.
+func (m *Matcher) FailPeer(peer int, err error) {
+	var fail []*Request
+	m.mu.Lock()
+	if _, seen := m.gone[peer]; !seen {
+		m.gone[peer] = err
+	}
+	for k, p := range m.posted {
+		if k.peer == peer {
+			fail = append(fail, p.req)
+			delete(m.posted, k)
+		}
+	}
 	m.mu.Unlock()
 	for _, r := range fail {
 		r.Complete(nil, err)
