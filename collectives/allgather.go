@@ -105,6 +105,9 @@ func allgatherLayout[T Float](op *Op, in, out []T, l layout, algo Algo, seg int)
 	if op.Size() == 1 {
 		return nil
 	}
+	if len(out) == 0 {
+		return dissemination(op)
+	}
 	if algo == AlgoRecursiveDoubling {
 		if p := op.Size(); p&(p-1) != 0 {
 			return bruckAllgather(op, out, l, seg)

@@ -56,6 +56,8 @@ func allreduce[T Float](op *Op, data []T, red ReduceOp, algo Algo, model CostMod
 		return algo, failInvalid(op, "%v is not a dense allreduce algorithm", algo)
 	case op.Size() == 1:
 		return algo, nil
+	case len(data) == 0:
+		return algo, dissemination(op)
 	}
 	var err error
 	switch algo {

@@ -14,6 +14,14 @@ func Barrier(op *Op) error {
 		return err
 	}
 	op.Desc = transport.Desc{Kind: transport.OpBarrier, Algo: uint8(AlgoDirect)}
+	return dissemination(op)
+}
+
+// dissemination runs the barrier's rounds with whatever descriptor op
+// carries. Collectives of zero elements use it so that they still meet
+// every rank's descriptor: a rank that passes an empty buffer where the
+// others pass data gets a mismatch error instead of returning early.
+func dissemination(op *Op) error {
 	p, r := op.Size(), op.Rank()
 	for dist := 1; dist < p; dist *= 2 {
 		recv := op.Recv(mod(r-dist, p), 0, nil)

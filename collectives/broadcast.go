@@ -30,6 +30,9 @@ func broadcast[T Float](op *Op, data []T, root int, algo Algo, seg int) error {
 		}
 		return nil
 	}
+	if len(data) == 0 {
+		return dissemination(op)
+	}
 	switch algo {
 	case AlgoDirect:
 		return binomialBroadcast(op, data, root, seg)
@@ -104,6 +107,15 @@ func binomialBroadcast[T Float](op *Op, data []T, root, seg int) error {
 		}
 	}
 	var sends []*transport.Request
+	// The root only sends, so on its own it would never see another
+	// rank's descriptor. Its first child acknowledges the first segment
+	// with an empty message: a root whose children called a different
+	// collective gets the mismatch too instead of returning success.
+	first := tree.rank(firstChild(op.Size()))
+	var ack *transport.Request
+	if parent < 0 {
+		ack = op.Recv(first, broadcastAckStep, nil)
+	}
 	for k := range nseg {
 		if parent >= 0 {
 			payload, err := op.WaitData(recvs[k])
@@ -113,12 +125,32 @@ func binomialBroadcast[T Float](op *Op, data []T, root, seg int) error {
 			if err := received(op, parent, payload, segment(k)); err != nil {
 				return err
 			}
+			if k == 0 && parent == root && op.Rank() == first {
+				sends = append(sends, op.Send(root, broadcastAckStep))
+			}
 		}
 		for c := range tree.children {
 			sends = append(sends, op.Send(tree.rank(c), uint32(k), AsBytes(segment(k))))
 		}
 	}
+	if ack != nil {
+		sends = append(sends, ack)
+	}
 	return op.Wait(sends...)
+}
+
+// broadcastAckStep tags the first child's acknowledgement to the root,
+// apart from the segment steps.
+const broadcastAckStep = 1 << 30
+
+// firstChild is the relative rank of the root's first child in the
+// binomial tree: the largest power of two below P.
+func firstChild(p int) int {
+	c := 1
+	for c*2 < p {
+		c *= 2
+	}
+	return c
 }
 
 // scatterAllgatherBroadcast is van de Geijn's broadcast: data is cut into

@@ -38,6 +38,9 @@ func reduceScatter[T Float](op *Op, in []T, out []T, red ReduceOp, algo Algo, se
 		copy(out, in)
 		return nil
 	}
+	if len(in) == 0 {
+		return dissemination(op)
+	}
 	return ringReduceScatter(op, in, out, red, inPlace, seg)
 }
 
