@@ -51,10 +51,12 @@ func (o *Op) Wait(reqs ...*transport.Request) error {
 			continue
 		}
 		if err := r.Wait(o.Ctx); err != nil {
-			if o.Ctx.Err() != nil && errors.Is(err, o.Ctx.Err()) {
-				return o.Fail(fmt.Errorf("%w while waiting for %s", err, pendingPeers(reqs)))
+			// A failure that arrived together with the deadline is the
+			// better explanation: report it rather than the timeout.
+			if done, rerr := r.Test(); done && rerr != nil {
+				return o.failAt(r.Peer, r.Tag.Step, rerr)
 			}
-			return o.failAt(r.Peer, r.Tag.Step, err)
+			return o.Fail(fmt.Errorf("%w while waiting for %s", err, pendingPeers(reqs)))
 		}
 	}
 	return nil

@@ -1,0 +1,308 @@
+package collectives
+
+import (
+	"math"
+	"slices"
+
+	"github.com/sparcml/sparcml/sparse"
+)
+
+// SparsePrediction is what a sparse allreduce algorithm costs: the payload
+// bytes and messages each rank sends, and the modelled time. Every phase is
+// charged its slowest rank: messages*Alpha + max(bytes sent, bytes
+// received)*Beta + bytes reduced*Gamma.
+type SparsePrediction struct {
+	Algo      Algo
+	BytesSent []int64
+	MsgsSent  []int
+	Seconds   float64
+}
+
+// spSupports answers how many entries ranks hold where. The schedule of
+// each algorithm is written once against it and fed either an estimate
+// (from entry counts alone, for AlgoAuto) or the real supports (exact
+// bytes, for tests and benchmarks).
+type spSupports interface {
+	// count is the number of entries of rank r's input in [lo, hi).
+	count(r, lo, hi int) float64
+	// union is the number of distinct indices in [lo, hi) held by at least
+	// one of ranks.
+	union(ranks []int, lo, hi int) float64
+}
+
+// spUniform estimates with independent, uniformly spread supports: rank r
+// holds nnz[r]*(hi-lo)/dim entries of [lo, hi), and an index is in the
+// union unless every rank misses it.
+type spUniform struct {
+	nnz []int
+	dim int
+}
+
+func (u spUniform) count(r, lo, hi int) float64 {
+	if u.dim == 0 {
+		return 0
+	}
+	return float64(u.nnz[r]) * float64(hi-lo) / float64(u.dim)
+}
+
+func (u spUniform) union(ranks []int, lo, hi int) float64 {
+	if u.dim == 0 {
+		return 0
+	}
+	miss := 1.0
+	for _, r := range ranks {
+		miss *= 1 - float64(u.nnz[r])/float64(u.dim)
+	}
+	return float64(hi-lo) * (1 - miss)
+}
+
+// spExact counts on the real supports (nil with dense[r] for a dense input).
+type spExact struct {
+	idx   [][]uint32
+	dense []bool
+}
+
+func (e spExact) count(r, lo, hi int) float64 {
+	if e.dense[r] {
+		return float64(hi - lo)
+	}
+	return float64(spLowerBound(e.idx[r], hi) - spLowerBound(e.idx[r], lo))
+}
+
+func (e spExact) union(ranks []int, lo, hi int) float64 {
+	var all []uint32
+	for _, r := range ranks {
+		if e.dense[r] {
+			return float64(hi - lo)
+		}
+		s := e.idx[r]
+		all = append(all, s[spLowerBound(s, lo):spLowerBound(s, hi)]...)
+	}
+	slices.Sort(all)
+	return float64(len(slices.Compact(all)))
+}
+
+func spLowerBound(idx []uint32, x int) int {
+	lo, hi := 0, len(idx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if int(idx[m]) < x {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// spMsgBytes is the size of an encoded vector of n positions holding nnz
+// entries in the smaller form: sparse.CompactSize, on a possibly
+// fractional estimate.
+func spMsgBytes(nnz float64, n, s int) float64 {
+	sparseBytes := nnz * float64(sparse.IndexSize+s)
+	denseBytes := float64(n * s)
+	if sparseBytes >= denseBytes {
+		return sparse.HeaderSize + denseBytes
+	}
+	return sparse.HeaderSize + sparseBytes
+}
+
+// spPlan accumulates a prediction phase by phase.
+type spPlan struct {
+	m               CostModel
+	sent, recv, red []float64 // of the current phase
+	totalSent       []float64
+	msgs            []int
+	seconds         float64
+	phaseMsgs       []int
+}
+
+func newSpPlan(m CostModel, p int) *spPlan {
+	return &spPlan{m: m, sent: make([]float64, p), recv: make([]float64, p), red: make([]float64, p),
+		totalSent: make([]float64, p), msgs: make([]int, p), phaseMsgs: make([]int, p)}
+}
+
+// msg records a message of b bytes from one rank to another, whose bytes
+// the receiver reduces reduceFactor times (0: not at all).
+func (pl *spPlan) msg(from, to int, b, reduceFactor float64) {
+	pl.sent[from] += b
+	pl.recv[to] += b
+	pl.phaseMsgs[from]++
+	pl.red[to] += b * reduceFactor
+}
+
+// endPhase charges the phase its slowest rank and starts the next.
+func (pl *spPlan) endPhase() {
+	worst := 0.0
+	for r := range pl.sent {
+		t := float64(pl.phaseMsgs[r])*pl.m.Alpha + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.Gamma
+		worst = max(worst, t)
+		pl.totalSent[r] += pl.sent[r]
+		pl.msgs[r] += pl.phaseMsgs[r]
+		pl.sent[r], pl.recv[r], pl.red[r], pl.phaseMsgs[r] = 0, 0, 0, 0
+	}
+	pl.seconds += worst
+}
+
+func (pl *spPlan) result(a Algo) SparsePrediction {
+	out := SparsePrediction{Algo: a, BytesSent: make([]int64, len(pl.totalSent)), MsgsSent: pl.msgs, Seconds: pl.seconds}
+	for r, b := range pl.totalSent {
+		out.BytesSent[r] = int64(math.Round(b))
+	}
+	return out
+}
+
+// bruck adds the allgather of blocks of the given sizes (spAllgatherBlobs);
+// reduceFactor > 0 charges every received byte that many reductions.
+func (pl *spPlan) bruck(size []float64, reduceFactor float64) {
+	p := len(size)
+	for r := range p {
+		for d := 1; d < p; d *= 2 {
+			to := (r - d + p) % p
+			b := 0.0
+			for i := range min(d, p-d) {
+				b += size[(r+i)%p]
+			}
+			pl.msg(r, to, b, reduceFactor)
+		}
+	}
+	pl.endPhase()
+}
+
+// spPredict is the schedule of algorithm a over p ranks, dimension dim,
+// values of s bytes, range bounds for the split algorithms.
+func spPredict(m CostModel, a Algo, p, dim, s int, sup spSupports, bounds []int) SparsePrediction {
+	pl := newSpPlan(m, p)
+	if p <= 1 {
+		return pl.result(a)
+	}
+	all := make([]int, p)
+	for r := range all {
+		all[r] = r
+	}
+	switch a {
+	case AlgoSSARRecursiveDoubling:
+		g := spFold(p)
+		if g.rem > 0 {
+			for r := 0; r < 2*g.rem; r += 2 {
+				pl.msg(r, r+1, spMsgBytes(sup.count(r, 0, dim), dim, s), 1)
+			}
+			pl.endPhase()
+		}
+		for d := 1; d < g.pof2; d *= 2 {
+			for n := range g.pof2 {
+				// The group whose sum newrank n holds before this round.
+				var group []int
+				for o := n &^ (d - 1); o < n&^(d-1)+d; o++ {
+					group = append(group, g.oldRank(o))
+					if o < g.rem {
+						group = append(group, 2*o)
+					}
+				}
+				pl.msg(g.oldRank(n), g.oldRank(n^d), spMsgBytes(sup.union(group, 0, dim), dim, s), 1)
+			}
+			pl.endPhase()
+		}
+		if g.rem > 0 {
+			k := spMsgBytes(sup.union(all, 0, dim), dim, s)
+			for r := 0; r < 2*g.rem; r += 2 {
+				pl.msg(r+1, r, k, 0)
+			}
+			pl.endPhase()
+		}
+	case AlgoSSARSplitAllgather, AlgoDSAR:
+		if len(bounds) != p+1 {
+			bounds = spEqualBounds(dim, p)
+		}
+		// Owners merge P slices k-way (split) or scatter-add them (DSAR).
+		reduce := 1.0
+		if a == AlgoSSARSplitAllgather {
+			reduce = math.Log2(float64(p))
+		}
+		for r := range p {
+			for q := range p {
+				if q != r {
+					n := bounds[q+1] - bounds[q]
+					pl.msg(r, q, spMsgBytes(sup.count(r, bounds[q], bounds[q+1]), n, s), reduce)
+				}
+			}
+		}
+		pl.endPhase()
+		size := make([]float64, p)
+		for q := range p {
+			n := bounds[q+1] - bounds[q]
+			if a == AlgoDSAR {
+				size[q] = float64(sparse.HeaderSize + n*s)
+			} else {
+				size[q] = spMsgBytes(sup.union(all, bounds[q], bounds[q+1]), n, s)
+			}
+		}
+		pl.bruck(size, 0)
+	case AlgoSparseAllgather:
+		size := make([]float64, p)
+		for r := range p {
+			size[r] = spMsgBytes(sup.count(r, 0, dim), dim, s)
+		}
+		// The local k-way merge touches every received byte log2(P) times.
+		pl.bruck(size, math.Log2(float64(p)))
+	default:
+		pl.seconds = math.Inf(1)
+	}
+	return pl.result(a)
+}
+
+// PredictSparse estimates algorithm a (not AlgoAuto) on p ranks for a
+// dimension-dim vector of valueSize-byte values when rank r brings nnz[r]
+// entries, assuming independent uniformly spread supports (identical
+// supports make the real fill-in smaller, clustered ones make one split
+// owner hotter). Equal ranges are assumed for the split algorithms.
+func (m CostModel) PredictSparse(a Algo, p, dim, valueSize int, nnz []int) SparsePrediction {
+	return spPredict(m, a, p, dim, valueSize, spUniform{nnz: nnz, dim: dim}, nil)
+}
+
+// ChooseSparse returns the sparse allreduce algorithm PredictSparse finds
+// fastest (ties to the one with fewer messages). It depends only on its
+// arguments, which SparseAllreduce first makes identical on every rank,
+// so every rank chooses the same.
+func (m CostModel) ChooseSparse(p, dim, valueSize int, nnz []int) Algo {
+	best, bestTime := AlgoSSARRecursiveDoubling, math.Inf(1)
+	for _, a := range sparseAlgos {
+		if t := m.PredictSparse(a, p, dim, valueSize, nnz).Seconds; t < bestTime {
+			best, bestTime = a, t
+		}
+	}
+	return best
+}
+
+// PredictSparseExact returns the exact payload bytes and messages every
+// rank sends when SparseAllreduce runs algorithm a (SparseStats.Algo) with
+// opts on inputs (inputs[r] is rank r's), the counts exchange included when
+// opts asks for it. bounds are SparseStats.Bounds (nil for equal ranges).
+// Benchmarks compare it with the transport's counters.
+func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T], opts SparseOptions, bounds []int) SparsePrediction {
+	p := len(inputs)
+	if p == 0 {
+		return SparsePrediction{Algo: a}
+	}
+	dim := inputs[0].Dim
+	ex := spExact{idx: make([][]uint32, p), dense: make([]bool, p)}
+	for r, v := range inputs {
+		ex.idx[r], ex.dense[r] = v.Indices, v.Dense
+	}
+	pred := spPredict(m, a, p, dim, sparse.ValueSize[T](), ex, bounds)
+	if p > 1 && (opts.Algo == AlgoAuto || opts.Balanced) {
+		size := make([]int64, p)
+		for r, v := range inputs {
+			size[r] = spAgreeHeader
+			if opts.Balanced && v.NNZ() > 0 {
+				size[r] += 4 * int64(spSampleCount(p))
+			}
+		}
+		bytes, msgs := spBruckBytesSent(size)
+		for r := range p {
+			pred.BytesSent[r] += bytes[r]
+			pred.MsgsSent[r] += msgs[r]
+		}
+	}
+	return pred
+}

@@ -1,0 +1,242 @@
+package collectives
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// The agreement record every rank contributes before an AlgoAuto or
+// Balanced sparse allreduce (little-endian):
+//
+//	0  4  magic "SPAG"
+//	4  1  requested algorithm
+//	5  1  flags: 1 balanced
+//	6  2  reserved (0)
+//	8  8  stored entries of the rank's input
+//	16 24 the cost model: Alpha, Beta, Gamma as float64 bits
+//	40 4  q, number of index samples that follow (0 unless balanced)
+//	44 4  reserved (0)
+//	48 4q the samples: indices at evenly spaced ranks of the input's support
+const (
+	spAgreeMagic      = 0x47415053 // "SPAG"
+	spAgreeHeader     = 48
+	spAgreeMaxSamples = 4096
+	spFlagBalanced    = 1
+)
+
+// spSampleCount is how many index samples each rank sends for balanced
+// ranges: 16 per range, at least 32 and at most 256, so the boundaries land
+// within about 1/16 of a range's share of the nonzeros.
+func spSampleCount(p int) int { return min(max(16*p, 32), 256) }
+
+// spAgreement is what every rank learned from the exchange: identical on
+// all ranks, so every decision taken from it is too.
+type spAgreement struct {
+	nnz       []int      // stored entries of each rank's input
+	samples   [][]uint32 // each rank's index samples (balanced only)
+	bytesSent []int64    // payload each rank sent in the exchange
+	seconds   float64    // the exchange's modelled time
+}
+
+func (a *spAgreement) total() int64 {
+	var t int64
+	for _, n := range a.nnz {
+		t += int64(n)
+	}
+	return t
+}
+
+// agree allgathers every rank's record, checks that the ranks passed the
+// same options and returns what they reported.
+func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
+	q := 0
+	if opts.Balanced {
+		q = spSampleCount(c.p)
+	}
+	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
+	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q))
+	blobs, err := spAllgatherBlobs(c.op, &c.sc, spStepAgree, mine, spRecordSize)
+	if err != nil {
+		return nil, err
+	}
+	ag := &spAgreement{nnz: make([]int, c.p), samples: make([][]uint32, c.p)}
+	sizes := make([]int64, c.p)
+	for r, b := range blobs {
+		rec, err := spParseRecord(b, c.in.Dim)
+		if err != nil {
+			return nil, c.op.Fail(errSparseProtocol(r, "agreement record: %v", err))
+		}
+		if rec.algo != opts.Algo || rec.balanced != opts.Balanced || rec.model != opts.Model {
+			return nil, c.op.Fail(fmt.Errorf("%w: rank %d passed algo=%v balanced=%v model=%+v but rank %d passed algo=%v balanced=%v model=%+v; every rank must pass the same SparseOptions",
+				transport.ErrMismatch, r, rec.algo, rec.balanced, rec.model, c.rank, opts.Algo, opts.Balanced, opts.Model))
+		}
+		ag.nnz[r], ag.samples[r] = rec.nnz, rec.samples
+		sizes[r] = int64(len(b))
+	}
+	ag.bytesSent, _ = spBruckBytesSent(sizes)
+	pl := newSpPlan(opts.Model, c.p)
+	fsizes := make([]float64, c.p)
+	for r, n := range sizes {
+		fsizes[r] = float64(n)
+	}
+	pl.bruck(fsizes, 0)
+	ag.seconds = pl.seconds
+	return ag, nil
+}
+
+// spSampleIndices returns q indices of v's support at evenly spaced ranks
+// (the midpoints of q equal slices), or none when v stores nothing.
+func spSampleIndices[T Float](v *sparse.Vector[T], q int) []uint32 {
+	k := v.NNZ()
+	if q == 0 || k == 0 {
+		return nil
+	}
+	s := make([]uint32, q)
+	for j := range s {
+		pos := (uint64(2*j+1) * uint64(k)) / uint64(2*q)
+		if v.Dense {
+			s[j] = uint32(pos)
+		} else {
+			s[j] = v.Indices[pos]
+		}
+	}
+	return s
+}
+
+func spAppendRecord(b []byte, opts SparseOptions, nnz int, samples []uint32) []byte {
+	b = binary.LittleEndian.AppendUint32(b, spAgreeMagic)
+	flags := byte(0)
+	if opts.Balanced {
+		flags |= spFlagBalanced
+	}
+	b = append(b, byte(opts.Algo), flags, 0, 0)
+	b = binary.LittleEndian.AppendUint64(b, uint64(nnz))
+	for _, x := range []float64{opts.Model.Alpha, opts.Model.Beta, opts.Model.Gamma} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(samples)))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	for _, s := range samples {
+		b = binary.LittleEndian.AppendUint32(b, s)
+	}
+	return b
+}
+
+// spRecordSize is the size of the record at the start of b.
+func spRecordSize(b []byte) (int, error) {
+	if len(b) < spAgreeHeader {
+		return 0, fmt.Errorf("record of %d bytes", len(b))
+	}
+	q := binary.LittleEndian.Uint32(b[40:])
+	if q > spAgreeMaxSamples {
+		return 0, fmt.Errorf("%d samples", q)
+	}
+	n := spAgreeHeader + 4*int(q)
+	if n > len(b) {
+		return 0, fmt.Errorf("record of %d bytes announces %d", len(b), n)
+	}
+	return n, nil
+}
+
+type spRecord struct {
+	algo     Algo
+	balanced bool
+	nnz      int
+	model    CostModel
+	samples  []uint32
+}
+
+// spParseRecord checks a record from a peer: it must be exactly one
+// record, with a count within the dimension and sorted samples below it.
+func spParseRecord(b []byte, dim int) (spRecord, error) {
+	var r spRecord
+	n, err := spRecordSize(b)
+	if err != nil {
+		return r, err
+	}
+	if n != len(b) || binary.LittleEndian.Uint32(b) != spAgreeMagic {
+		return r, fmt.Errorf("bad magic or length")
+	}
+	r.algo, r.balanced = Algo(b[4]), b[5]&spFlagBalanced != 0
+	nnz := binary.LittleEndian.Uint64(b[8:])
+	if nnz > uint64(dim) {
+		return r, fmt.Errorf("%d entries for dimension %d", nnz, dim)
+	}
+	r.nnz = int(nnz)
+	r.model = CostModel{
+		Alpha: math.Float64frombits(binary.LittleEndian.Uint64(b[16:])),
+		Beta:  math.Float64frombits(binary.LittleEndian.Uint64(b[24:])),
+		Gamma: math.Float64frombits(binary.LittleEndian.Uint64(b[32:])),
+	}
+	q := (n - spAgreeHeader) / 4
+	if q > 0 {
+		r.samples = make([]uint32, q)
+		for j := range r.samples {
+			r.samples[j] = binary.LittleEndian.Uint32(b[spAgreeHeader+4*j:])
+			if int(r.samples[j]) >= dim || (j > 0 && r.samples[j] < r.samples[j-1]) {
+				return r, fmt.Errorf("sample %d at position %d out of range or order", r.samples[j], j)
+			}
+		}
+	}
+	return r, nil
+}
+
+// balancedBounds places the p-1 inner boundaries at the weighted quantiles
+// of every rank's samples, a sample of rank r standing for nnz[r]/q entries:
+// range i then holds about 1/p of the entries all ranks send. The
+// arithmetic is integer (128-bit products), so every rank, whatever its
+// architecture, computes the same bounds. With no entries anywhere the
+// ranges are equal.
+func (a *spAgreement) balancedBounds(dim, p int) []int {
+	type point struct {
+		idx    uint32
+		weight uint64
+	}
+	var pts []point
+	var total uint64
+	for r, s := range a.samples {
+		for _, x := range s {
+			pts = append(pts, point{x, uint64(a.nnz[r])})
+		}
+		if len(s) > 0 {
+			total += uint64(len(s)) * uint64(a.nnz[r])
+		}
+	}
+	if total == 0 {
+		return spEqualBounds(dim, p)
+	}
+	// Weights are in units of 1/q entries: a sample of rank r weighs
+	// nnz[r], and all ranks use the same q.
+	slices.SortFunc(pts, func(x, y point) int { return int(int64(x.idx) - int64(y.idx)) })
+	b := make([]int, p+1)
+	b[p] = dim
+	var cum uint64
+	m := 0
+	for i := 1; i < p; i++ {
+		// Advance to the first sample at which the cumulated weight
+		// reaches i/p of the total: cum*p >= i*total.
+		for m < len(pts) && spLess128(cum, uint64(p), total, uint64(i)) {
+			cum += pts[m].weight
+			m++
+		}
+		bound := dim
+		if m > 0 {
+			bound = min(int(pts[m-1].idx)+1, dim)
+		}
+		b[i] = max(bound, b[i-1])
+	}
+	return b
+}
+
+// spLess128 reports whether a*b < c*d in 128-bit arithmetic.
+func spLess128(a, b, c, d uint64) bool {
+	h1, l1 := bits.Mul64(a, b)
+	h2, l2 := bits.Mul64(c, d)
+	return h1 < h2 || (h1 == h2 && l1 < l2)
+}

@@ -1,0 +1,95 @@
+package collectives
+
+import (
+	"fmt"
+
+	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// allgatherAllreduce is the baseline Horovod and PyTorch's Gloo backend
+// use for sparse gradients: allgather every rank's entries (Bruck,
+// ceil(log2 P) messages), then let every rank sum all P vectors locally
+// (a k-way merge in rank order, so all ranks get the same bits).
+//
+// Bytes sent per rank: the other ranks' encoded inputs, k*c*(P-1) for
+// equal counts: linear in P, which is why it loses at scale.
+func allgatherAllreduce[T Float](c *spCall[T], out *sparse.Vector[T], denseOut bool) error {
+	parts, err := c.allgatherInputs()
+	if err != nil {
+		return err
+	}
+	res := c.vector()
+	if err := sparse.SumAll(res, parts); err != nil {
+		return c.op.Fail(err)
+	}
+	c.finish(out, res, denseOut)
+	return nil
+}
+
+// allgatherInputs gathers every rank's input, each in the smaller
+// encoding; parts[c.rank] is the input itself.
+func (c *spCall[T]) allgatherInputs() ([]*sparse.Vector[T], error) {
+	enc, err := c.encode(c.sc.get(sparse.CompactSize(c.in.NNZ(), c.in.Dim, sparse.ValueSize[T]()))[:0], c.in, 0, c.in.Dim)
+	if err != nil {
+		return nil, err
+	}
+	c.sc.keep(enc)
+	blobs, err := spAllgatherBlobs(c.op, &c.sc, spStepGather, enc, sparse.EncodedLen)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]*sparse.Vector[T], c.p)
+	for q, b := range blobs {
+		if q == c.rank {
+			parts[q] = c.in
+			continue
+		}
+		parts[q] = c.vector()
+		if err := c.decode(parts[q], b, q, c.in.Dim); err != nil {
+			return nil, err
+		}
+	}
+	return parts, nil
+}
+
+// SparseAllgather gives every rank every rank's vector: on return
+// out[r] holds rank r's in, in whichever form is smaller. The vectors of
+// out are reused (nil entries and a short slice are allocated), so a
+// caller that keeps out does not allocate in steady state. Every rank must
+// pass the same dimension; in must be valid, or the operation fails on
+// every rank.
+func SparseAllgather[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Vector[T]) ([]*sparse.Vector[T], error) {
+	if err := sparseCheckOp(op); err != nil {
+		return out, err
+	}
+	op.Desc = transport.Desc{Kind: transport.OpSparseAllgather, DType: uint8(DTypeOf[T]()), Algo: uint8(AlgoDirect)}
+	if in == nil {
+		return out, sparseFailInvalid(op, "SparseAllgather needs an input vector")
+	}
+	op.Desc.Count = uint64(in.Dim)
+	if err := in.Validate(); err != nil {
+		return out, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.Rank(), err))
+	}
+	c := &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), sc: spScratch{pool: op.Pool}}
+	parts := []*sparse.Vector[T]{in}
+	if c.p > 1 {
+		var err error
+		if parts, err = c.allgatherInputs(); err != nil {
+			c.sc.abandon()
+			return out, err
+		}
+	}
+	for len(out) < c.p {
+		out = append(out, nil)
+	}
+	out = out[:c.p]
+	for q, v := range parts {
+		if out[q] == nil {
+			out[q] = &sparse.Vector[T]{}
+		}
+		c.finish(out[q], v, false)
+	}
+	c.sc.release()
+	return out, nil
+}

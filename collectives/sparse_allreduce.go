@@ -1,0 +1,331 @@
+package collectives
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// SparseOptions tunes SparseAllreduce. Every rank must pass the same
+// Algo, Model and Balanced (DenseOut is local to each rank). With AlgoAuto
+// or Balanced the ranks exchange a small record first and check this, so a
+// disagreement fails on every rank with an error naming both sides; a
+// forced algorithm with equal ranges skips that exchange to save its
+// latency.
+type SparseOptions struct {
+	// Algo is AlgoSSARRecursiveDoubling, AlgoSSARSplitAllgather, AlgoDSAR,
+	// AlgoSparseAllgather, or AlgoAuto to let Model choose from every
+	// rank's nonzero count.
+	Algo Algo
+	// Model is the cost model of AlgoAuto and of the predictions in
+	// SparseStats; the zero value means DefaultCostModel.
+	Model CostModel
+	// Balanced places the split algorithms' range boundaries at quantiles
+	// of where the nonzeros are (sampled on every rank), instead of equal
+	// ranges, so that an owner of a popular range is not a hot spot.
+	Balanced bool
+	// DenseOut asks for the result in dense form even when sparse is
+	// smaller (the output vector's Values buffer is reused).
+	DenseOut bool
+}
+
+// SparseStats describes one SparseAllreduce on this rank.
+type SparseStats struct {
+	// Algo is the algorithm that ran (the model's choice under AlgoAuto).
+	Algo Algo
+	// NNZIn and NNZOut are the stored entries of this rank's input and of
+	// the result (the dimension when dense).
+	NNZIn, NNZOut int
+	// Agreed says the ranks exchanged their counts (AlgoAuto or Balanced);
+	// TotalNNZIn and the predictions are known only then.
+	Agreed     bool
+	TotalNNZIn int64
+	// PredictedBytes is the model's estimate of the payload bytes this
+	// rank sends and PredictedSeconds of the operation's time, counts
+	// exchange included (see CostModel.PredictSparse).
+	PredictedBytes   int64
+	PredictedSeconds float64
+	// Bounds are the index ranges of the split algorithms: rank i owns
+	// [Bounds[i], Bounds[i+1]). Nil for the others.
+	Bounds []int
+}
+
+// Step bases of the phases of the sparse collectives: each phase has its
+// own block of step numbers, so that (sender, receiver, step) never repeats
+// within an operation.
+const (
+	spStepAgree   = 1 << 8   // counts and samples allgather, one step per round
+	spStepRD      = 2 << 8   // recursive doubling rounds
+	spStepFold    = 3 << 8   // non-power-of-two fold in
+	spStepUnfold  = 3<<8 + 1 // and result back out
+	spStepScatter = 4 << 8   // split algorithms: pieces to owners
+	spStepGather  = 5 << 8   // allgather of reduced ranges or of inputs
+)
+
+// SparseAllreduce sums in over all ranks and leaves the sum in out on every
+// rank, bit-identical on all of them. Every rank must pass the same
+// dimension; each may bring any number of entries, zero included. in must
+// be valid (see sparse.Vector.Validate: sorted unique indices below the
+// dimension): otherwise the operation fails on every rank with an error
+// naming the bad position. in is not modified; out is overwritten, reusing
+// its buffers, and comes back in whichever form is smaller (dense with
+// opts.DenseOut, or always with AlgoDSAR).
+func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOptions) (SparseStats, error) {
+	var st SparseStats
+	if err := sparseCheckOp(op); err != nil {
+		return st, err
+	}
+	op.Desc = transport.Desc{Kind: transport.OpSparseAllreduce, DType: uint8(DTypeOf[T]()), Algo: uint8(opts.Algo)}
+	if in == nil || out == nil || in == out {
+		return st, sparseFailInvalid(op, "SparseAllreduce needs distinct non-nil input and output vectors")
+	}
+	op.Desc.Count = uint64(in.Dim)
+	if err := in.Validate(); err != nil {
+		return st, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.Rank(), err))
+	}
+	if !isSparseAlgo(opts.Algo) && opts.Algo != AlgoAuto {
+		return st, sparseFailInvalid(op, "%v is not a sparse allreduce algorithm", opts.Algo)
+	}
+	if opts.Model == (CostModel{}) {
+		opts.Model = DefaultCostModel
+	}
+	c := &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), sc: spScratch{pool: op.Pool}}
+	st.NNZIn = in.NNZ()
+	if c.p == 1 {
+		st.Algo = opts.Algo
+		c.finish(out, in, opts.DenseOut || opts.Algo == AlgoDSAR)
+		st.NNZOut = out.NNZ()
+		return st, nil
+	}
+	algo := opts.Algo
+	var ag *spAgreement
+	if opts.Algo == AlgoAuto || opts.Balanced {
+		var err error
+		if ag, err = c.agree(opts); err != nil {
+			return st, err
+		}
+		st.Agreed, st.TotalNNZIn = true, ag.total()
+		if algo == AlgoAuto {
+			algo = opts.Model.ChooseSparse(c.p, in.Dim, sparse.ValueSize[T](), ag.nnz)
+		}
+		pred := opts.Model.PredictSparse(algo, c.p, in.Dim, sparse.ValueSize[T](), ag.nnz)
+		st.PredictedBytes = pred.BytesSent[c.rank] + ag.bytesSent[c.rank]
+		st.PredictedSeconds = pred.Seconds + ag.seconds
+	}
+	st.Algo = algo
+	op.Desc.Algo = uint8(algo)
+	var err error
+	switch algo {
+	case AlgoSSARRecursiveDoubling:
+		err = ssarRecursiveDoubling(c, out, opts.DenseOut)
+	case AlgoSSARSplitAllgather, AlgoDSAR:
+		c.bounds = spEqualBounds(in.Dim, c.p)
+		if opts.Balanced {
+			c.bounds = ag.balancedBounds(in.Dim, c.p)
+		}
+		st.Bounds = c.bounds
+		if algo == AlgoDSAR {
+			err = dsarAllreduce(c, out)
+		} else {
+			err = ssarSplitAllgather(c, out, opts.DenseOut)
+		}
+	case AlgoSparseAllgather:
+		err = allgatherAllreduce(c, out, opts.DenseOut)
+	}
+	if err != nil {
+		c.sc.abandon()
+		return st, err
+	}
+	c.sc.release()
+	st.NNZOut = out.NNZ()
+	return st, nil
+}
+
+// sparseAlgos are the sparse allreduce algorithms, in the order that breaks
+// the model's ties (fewest messages first).
+var sparseAlgos = [...]Algo{AlgoSSARRecursiveDoubling, AlgoSparseAllgather, AlgoSSARSplitAllgather, AlgoDSAR}
+
+func isSparseAlgo(a Algo) bool {
+	for _, s := range sparseAlgos {
+		if a == s {
+			return true
+		}
+	}
+	return false
+}
+
+// spCall is the state of one sparse collective on one rank.
+type spCall[T Float] struct {
+	op      *Op
+	in      *sparse.Vector[T]
+	p, rank int
+	bounds  []int
+	sc      spScratch
+}
+
+// finish writes res into out: dense when asked, else in res's form (which
+// the kernels keep the smaller one), switching a sparse input that is past
+// the rule to dense.
+func (c *spCall[T]) finish(out, res *sparse.Vector[T], denseOut bool) {
+	if denseOut || res.Dense || sparse.PreferDense(len(res.Indices), res.Dim, sparse.ValueSize[T]()) {
+		out.Values = res.ToDense(out.Values)
+		out.Dim, out.Dense, out.Indices = res.Dim, true, out.Indices[:0]
+		return
+	}
+	out.CopyFrom(res)
+}
+
+// vector returns a scratch vector from spVectorPool, with whatever
+// capacity it grew to in earlier calls: the kernels size their outputs
+// themselves, so reuse needs no size hint.
+func (c *spCall[T]) vector() *sparse.Vector[T] {
+	v := spGetVector[T]()
+	c.sc.vectors = append(c.sc.vectors, v)
+	return v
+}
+
+// encode appends v's slice [lo, hi) in its smaller encoding; v is valid
+// (checked input or a kernel's output), so an error is a bug, reported on
+// every rank rather than a panic.
+func (c *spCall[T]) encode(dst []byte, v *sparse.Vector[T], lo, hi int) ([]byte, error) {
+	b, err := v.AppendEncodeRange(dst, lo, hi)
+	if err != nil {
+		return nil, c.op.Fail(err)
+	}
+	return b, nil
+}
+
+// resultGuess is the encoded size of the result if every rank brought
+// as many entries as this one and none overlapped: the size receive and
+// send buffers start from (a larger message makes the transport allocate).
+func (c *spCall[T]) resultGuess() int {
+	k := min(c.p*c.in.NNZ(), c.in.Dim)
+	return sparse.CompactSize(k, c.in.Dim, sparse.ValueSize[T]())
+}
+
+// decode decodes a peer's message into v and checks its dimension: a
+// message that does not decode fails the operation everywhere.
+func (c *spCall[T]) decode(v *sparse.Vector[T], b []byte, peer, dim int) error {
+	if err := v.Decode(b); err != nil {
+		return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, peer, err))
+	}
+	if v.Dim != dim {
+		return c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d, expected %d", transport.ErrMismatch, peer, v.Dim, dim))
+	}
+	return nil
+}
+
+// recv posts a receive from peer at step into a pooled buffer of about
+// guess bytes (the transport allocates if the message is larger).
+func (c *spCall[T]) recv(peer int, step uint32, guess int) *transport.Request {
+	return c.op.Recv(peer, step, c.sc.get(guess))
+}
+
+// data waits for a receive and keeps its payload buffer for release.
+func (c *spCall[T]) data(r *transport.Request) ([]byte, error) {
+	b, err := c.op.WaitData(r)
+	if err != nil {
+		return nil, err
+	}
+	c.sc.keep(b)
+	return b, nil
+}
+
+// spEqualBounds splits [0, dim) into p ranges whose lengths differ by at
+// most one.
+func spEqualBounds(dim, p int) []int {
+	b := make([]int, p+1)
+	for i := range b {
+		b[i] = int(uint64(dim) * uint64(i) / uint64(p))
+	}
+	return b
+}
+
+// spScratch tracks the pooled buffers of one call so they go back to the
+// pool at the end, once every send that reads them has completed.
+type spScratch struct {
+	pool    *Buffers
+	bufs    [][]byte
+	vectors []spPooled
+}
+
+// spPooled is a scratch vector of any value type, to return to its pool.
+type spPooled interface{ Reset(dim int) }
+
+// spVectorPool keeps scratch vectors between calls, one pool per value
+// size. Vectors of a named float type do not match the type assertion and
+// are simply not reused.
+var spVectorPool [2]sync.Pool
+
+func spPoolIndex[T Float]() int { return sparse.ValueSize[T]() / 8 }
+
+func spGetVector[T Float]() *sparse.Vector[T] {
+	if v, ok := spVectorPool[spPoolIndex[T]()].Get().(*sparse.Vector[T]); ok {
+		return v
+	}
+	return &sparse.Vector[T]{}
+}
+
+func (s *spScratch) get(n int) []byte {
+	b := s.pool.Get(max(n, 8))
+	s.bufs = append(s.bufs, b)
+	return b
+}
+
+// keep records a buffer the transport allocated for a received message.
+func (s *spScratch) keep(b []byte) { s.bufs = append(s.bufs, b) }
+
+// release returns every buffer, each once, to the pool.
+func (s *spScratch) release() {
+	for _, v := range s.vectors {
+		v.Reset(0)
+		switch v := v.(type) {
+		case *sparse.Vector[float32]:
+			spVectorPool[0].Put(v)
+		case *sparse.Vector[float64]:
+			spVectorPool[1].Put(v)
+		}
+	}
+	// A buffer can be listed twice (a receive that landed in the pooled
+	// buffer it was given); the lists are short, so a scan finds repeats.
+	for i, b := range s.bufs {
+		if cap(b) == 0 {
+			continue
+		}
+		p := unsafe.SliceData(b[:cap(b)])
+		repeat := false
+		for _, o := range s.bufs[:i] {
+			if cap(o) > 0 && unsafe.SliceData(o[:cap(o)]) == p {
+				repeat = true
+				break
+			}
+		}
+		if !repeat {
+			s.pool.Put(b)
+		}
+	}
+	s.bufs, s.vectors = nil, nil
+}
+
+// abandon drops the buffers after a failure: a send may still be reading
+// one, so they are left to the garbage collector instead of the pool.
+func (s *spScratch) abandon() { s.bufs, s.vectors = nil, nil }
+
+func sparseCheckOp(op *Op) error {
+	if op == nil || op.T == nil || op.Ctx == nil {
+		return fmt.Errorf("%w: nil op, transport or context", transport.ErrInvalid)
+	}
+	return nil
+}
+
+func sparseFailInvalid(op *Op, format string, args ...any) error {
+	return op.Fail(fmt.Errorf("%w: %s", transport.ErrInvalid, fmt.Sprintf(format, args...)))
+}
+
+// errSparseProtocol builds the error for a malformed message from peer.
+func errSparseProtocol(peer int, format string, args ...any) error {
+	return fmt.Errorf("%w: rank %d: %s", transport.ErrProtocol, peer, fmt.Sprintf(format, args...))
+}

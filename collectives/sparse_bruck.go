@@ -1,0 +1,74 @@
+package collectives
+
+import (
+	"github.com/sparcml/sparcml/transport"
+)
+
+// spAllgatherBlobs gives every rank every rank's blob (byte strings of any
+// size, each rank its own) with Bruck's allgather: ceil(log2 P) rounds for
+// any P, the generalisation of recursive doubling that SparCML's
+// split-allgather ends with. In round k (distance d = 2^k) a rank sends the
+// first min(d, P-d) blobs it holds, its own first then those of the next
+// ranks up, to rank-d, and appends the blobs of rank+d.. it receives. A
+// rank sends and receives P-1 blobs in all, the bandwidth lower bound.
+//
+// A message is its blobs concatenated with no framing: sizeOf reads the
+// size of the blob at the start of a buffer from the blob's own header. The
+// blobs returned alias the received messages, which stay in sc until the
+// call ends. blobs[r] is rank r's blob (blobs[Rank()] is mine).
+func spAllgatherBlobs(op *Op, sc *spScratch, step uint32, mine []byte, sizeOf func([]byte) (int, error)) ([][]byte, error) {
+	p, rank := op.Size(), op.Rank()
+	have := make([][]byte, 1, p) // have[i] is the blob of rank (rank+i) mod p
+	have[0] = mine
+	var sends []*transport.Request
+	for k, d := 0, 1; d < p; k, d = k+1, 2*d {
+		cnt := min(d, p-d)
+		to, from := (rank-d+p)%p, (rank+d)%p
+		sent := 0
+		for _, b := range have[:cnt] {
+			sent += len(b)
+		}
+		r := op.Recv(from, step+uint32(k), sc.get(sent))
+		sends = append(sends, op.Send(to, step+uint32(k), have[:cnt]...))
+		msg, err := op.WaitData(r)
+		if err != nil {
+			return nil, err
+		}
+		sc.keep(msg)
+		for range cnt {
+			n, err := sizeOf(msg)
+			if err != nil {
+				return nil, op.Fail(errSparseProtocol(from, "allgather round %d: %v", k, err))
+			}
+			have = append(have, msg[:n:n])
+			msg = msg[n:]
+		}
+		if len(msg) != 0 {
+			return nil, op.Fail(errSparseProtocol(from, "allgather round %d: %d bytes beyond %d blobs", k, len(msg), cnt))
+		}
+	}
+	if err := op.Wait(sends...); err != nil {
+		return nil, err
+	}
+	blobs := make([][]byte, p)
+	for i, b := range have {
+		blobs[(rank+i)%p] = b
+	}
+	return blobs, nil
+}
+
+// spBruckBytesSent returns the bytes each rank sends and its message count
+// in spAllgatherBlobs when rank r's blob has size[r] bytes.
+func spBruckBytesSent(size []int64) (bytes []int64, msgs []int) {
+	p := len(size)
+	bytes, msgs = make([]int64, p), make([]int, p)
+	for r := range p {
+		for d := 1; d < p; d *= 2 {
+			for i := range min(d, p-d) {
+				bytes[r] += size[(r+i)%p]
+			}
+			msgs[r]++
+		}
+	}
+	return bytes, msgs
+}

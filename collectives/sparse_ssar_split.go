@@ -1,0 +1,173 @@
+package collectives
+
+import (
+	"fmt"
+
+	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// ssarSplitAllgather is SparCML's SSAR split-allgather. The index space is
+// cut into P ranges (c.bounds), rank i owning range i.
+//
+//  1. Sparse reduce-scatter: every rank sends each owner the slice of its
+//     input in the owner's range, directly (P-1 messages, posted at once,
+//     rank+1 first so no owner is hit by everyone at the same moment).
+//  2. Each owner sums the P slices of its range in rank order
+//     (sparse.SumAll; dense if the union passes the rule).
+//  3. Bruck allgather of the P reduced ranges, each in whichever encoding
+//     is smaller; every rank concatenates them.
+//
+// Messages: P-1 + ceil(log2 P). Bytes sent per rank: about k*c*(P-1)/P in
+// step 1 and K*c*(P-1)/P in step 3 (K the result's entries), each range
+// capped at its dense size.
+func ssarSplitAllgather[T Float](c *spCall[T], out *sparse.Vector[T], denseOut bool) error {
+	parts, err := c.scatterToOwners()
+	if err != nil {
+		return err
+	}
+	red := c.vector()
+	if err := sparse.SumAll(red, parts); err != nil {
+		return c.op.Fail(err)
+	}
+	return c.gatherRanges(red, out, denseOut)
+}
+
+// scatterToOwners is the reduce-scatter's communication: it sends every
+// owner its range of the input and returns the P slices of this rank's own
+// range, parts[q] from rank q, as vectors of the range's length.
+func (c *spCall[T]) scatterToOwners() ([]*sparse.Vector[T], error) {
+	lo, hi := c.bounds[c.rank], c.bounds[c.rank+1]
+	s := sparse.ValueSize[T]()
+	own := c.ownSlice(lo, hi)
+
+	// All outgoing slices go into one buffer, sent piece by piece.
+	buf := c.sc.get(sparse.CompactSize(c.in.NNZ(), c.in.Dim, s) + c.p*sparse.HeaderSize)[:0]
+	start, end := make([]int, c.p), make([]int, c.p)
+	for i := 1; i < c.p; i++ {
+		q := (c.rank + i) % c.p
+		start[q] = len(buf)
+		var err error
+		if buf, err = c.encode(buf, c.in, c.bounds[q], c.bounds[q+1]); err != nil {
+			return nil, err
+		}
+		end[q] = len(buf)
+	}
+	c.sc.keep(buf)
+
+	reqs := make([]*transport.Request, c.p)
+	guess := sparse.CompactSize(own.NNZ(), hi-lo, s)
+	for q := range c.p {
+		if q != c.rank {
+			reqs[q] = c.recv(q, spStepScatter, guess)
+		}
+	}
+	sends := make([]*transport.Request, 0, c.p-1)
+	for i := 1; i < c.p; i++ {
+		q := (c.rank + i) % c.p
+		sends = append(sends, c.op.Send(q, spStepScatter, buf[start[q]:end[q]]))
+	}
+	parts := make([]*sparse.Vector[T], c.p)
+	parts[c.rank] = own
+	for q, r := range reqs {
+		if r == nil {
+			continue
+		}
+		msg, err := c.data(r)
+		if err != nil {
+			return nil, err
+		}
+		parts[q] = c.vector()
+		if err := c.decode(parts[q], msg, q, hi-lo); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.op.Wait(sends...); err != nil {
+		return nil, err
+	}
+	return parts, nil
+}
+
+// ownSlice returns this rank's input restricted to [lo, hi) as a vector of
+// dimension hi-lo: a view of a dense input, a rebased copy of a sparse one.
+func (c *spCall[T]) ownSlice(lo, hi int) *sparse.Vector[T] {
+	if c.in.Dense {
+		return &sparse.Vector[T]{Dim: hi - lo, Dense: true, Values: c.in.Values[lo:hi]}
+	}
+	a, b := c.in.RangeBounds(lo, hi)
+	v := c.vector()
+	v.Dim = hi - lo
+	for i := a; i < b; i++ {
+		v.Indices = append(v.Indices, c.in.Indices[i]-uint32(lo))
+	}
+	v.Values = append(v.Values, c.in.Values[a:b]...)
+	return v
+}
+
+// gatherRanges allgathers the reduced ranges (red is this rank's) and
+// writes their concatenation into out: dense when asked or when the total
+// of the ranges' entries passes the rule, else sparse.
+func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) error {
+	enc, err := c.encode(c.sc.get(sparse.CompactSize(red.NNZ(), red.Dim, sparse.ValueSize[T]()))[:0], red, 0, red.Dim)
+	if err != nil {
+		return err
+	}
+	c.sc.keep(enc)
+	blobs, err := spAllgatherBlobs(c.op, &c.sc, spStepGather, enc, sparse.EncodedLen)
+	if err != nil {
+		return err
+	}
+	dim, total := c.in.Dim, 0
+	for q, b := range blobs {
+		d, nnz, _, err := sparse.Peek(b)
+		if err != nil || d != c.bounds[q+1]-c.bounds[q] {
+			return c.op.Fail(fmt.Errorf("%w: range %d of rank %d: dimension %d, expected %d (%v)",
+				transport.ErrProtocol, q, q, d, c.bounds[q+1]-c.bounds[q], err))
+		}
+		total += nnz
+	}
+	dense := denseOut || sparse.PreferDense(total, dim, sparse.ValueSize[T]())
+	out.Reset(dim)
+	if dense {
+		out.Dense = true
+		out.Values = out.Values[:0]
+		if cap(out.Values) < dim {
+			out.Values = make([]T, 0, dim)
+		}
+	}
+	tmp := c.vector()
+	for q, b := range blobs {
+		rng := red
+		if q != c.rank {
+			if err := c.decode(tmp, b, q, c.bounds[q+1]-c.bounds[q]); err != nil {
+				return err
+			}
+			rng = tmp
+		}
+		spAppendRange(out, rng, c.bounds[q])
+	}
+	return nil
+}
+
+// spAppendRange appends range vector v, which starts at index lo, to out
+// (dense out: v's values at the end; sparse out: v's entries shifted by lo,
+// a dense range contributing every position).
+func spAppendRange[T Float](out, v *sparse.Vector[T], lo int) {
+	if out.Dense {
+		n := len(out.Values)
+		out.Values = out.Values[:n+v.Dim]
+		v.ToDense(out.Values[n:])
+		return
+	}
+	if v.Dense {
+		for i, x := range v.Values {
+			out.Indices = append(out.Indices, uint32(lo+i))
+			out.Values = append(out.Values, x)
+		}
+		return
+	}
+	for _, x := range v.Indices {
+		out.Indices = append(out.Indices, x+uint32(lo))
+	}
+	out.Values = append(out.Values, v.Values...)
+}

@@ -1,0 +1,310 @@
+package sparse
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// Add sets dst = a + b. The result is dense when a or b is dense, or when
+// the exact union of the supports reaches the switch rule (PreferDense);
+// otherwise it is sparse. dst must be a vector distinct from a and b; its
+// buffers are reused, so a caller that keeps dst does not allocate once
+// the buffers have grown.
+func Add[T Float](dst, a, b *Vector[T]) error {
+	if err := a.checkShape(); err != nil {
+		return err
+	}
+	if err := b.checkShape(); err != nil {
+		return err
+	}
+	if a.Dim != b.Dim {
+		return fmt.Errorf("%w: adding vectors of dimensions %d and %d", ErrInvalid, a.Dim, b.Dim)
+	}
+	if dst == a || dst == b {
+		return fmt.Errorf("%w: Add's destination must differ from its operands", ErrInvalid)
+	}
+	dim := a.Dim
+	switch {
+	case a.Dense && b.Dense:
+		dst.setDense(dim)
+		addDense(dst.Values, a.Values, b.Values)
+	case a.Dense:
+		dst.setDense(dim)
+		copy(dst.Values, a.Values)
+		return scatterAdd(dst.Values, b.Indices, b.Values)
+	case b.Dense:
+		dst.setDense(dim)
+		copy(dst.Values, b.Values)
+		return scatterAdd(dst.Values, a.Indices, a.Values)
+	case 16*(len(a.Indices)+len(b.Indices)) >= dim:
+		// Dense enough that scattering into an accumulator and reading a
+		// bitmap of touched positions beats a branchy merge (and the
+		// result may well be dense, which the accumulator writes at once).
+		pair := [2]*Vector[T]{a, b}
+		return accumulate(dst, pair[:], dim, len(a.Indices)+len(b.Indices))
+	default:
+		merge(dst, a, b)
+		if PreferDense(len(dst.Indices), dim, ValueSize[T]()) {
+			dst.Densify()
+		}
+	}
+	return nil
+}
+
+// AddTo adds v into dense, which must hold v.Dim values: a scatter-add
+// when v is sparse, an element-wise add when dense.
+func (v *Vector[T]) AddTo(dense []T) error {
+	if err := v.checkShape(); err != nil {
+		return err
+	}
+	if len(dense) != v.Dim {
+		return fmt.Errorf("%w: adding a vector of dimension %d into %d values", ErrInvalid, v.Dim, len(dense))
+	}
+	if v.Dense {
+		addDense(dense, dense, v.Values)
+		return nil
+	}
+	return scatterAdd(dense, v.Indices, v.Values)
+}
+
+// SumAll sets dst to the sum of parts, which must share one dimension and
+// must not include dst. Entries with the same index are added in the order
+// of parts, so every rank that sums the same parts gets the same bits.
+// Sparse parts are combined by a k-way merge (O(total entries * log
+// len(parts))); the result goes dense by the switch rule, or at once when
+// any part is dense or already large enough that the union must be.
+func SumAll[T Float](dst *Vector[T], parts []*Vector[T]) error {
+	if len(parts) == 0 {
+		return fmt.Errorf("%w: SumAll of no vectors", ErrInvalid)
+	}
+	dim := parts[0].Dim
+	dense, total := false, 0
+	for _, p := range parts {
+		if p == dst {
+			return fmt.Errorf("%w: SumAll's destination is one of its parts", ErrInvalid)
+		}
+		if err := p.checkShape(); err != nil {
+			return err
+		}
+		if p.Dim != dim {
+			return fmt.Errorf("%w: summing vectors of dimensions %d and %d", ErrInvalid, dim, p.Dim)
+		}
+		// The union is at least as large as any part.
+		dense = dense || p.Dense || PreferDense(len(p.Indices), dim, ValueSize[T]())
+		total += p.NNZ()
+	}
+	if len(parts) == 1 {
+		dst.CopyFrom(parts[0])
+		return nil
+	}
+	if len(parts) == 2 {
+		return Add(dst, parts[0], parts[1])
+	}
+	if dense {
+		dst.setDense(dim)
+		clear(dst.Values)
+		for _, p := range parts {
+			if err := p.AddTo(dst.Values); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if 16*total >= dim {
+		// Entries are dense enough that scanning a bitmap of the
+		// dimension is cheaper than a k-way merge, and the dense
+		// accumulator costs at most a few times the entries' memory.
+		return accumulate(dst, parts, dim, total)
+	}
+	mergeK(dst, parts, dim, total)
+	if PreferDense(len(dst.Indices), dim, ValueSize[T]()) {
+		dst.Densify()
+	}
+	return nil
+}
+
+// setDense makes v a dense vector of dimension dim with undefined values.
+func (v *Vector[T]) setDense(dim int) {
+	v.Dim, v.Dense = dim, true
+	v.Values = grow(v.Values, dim)
+	v.Indices = v.Indices[:0]
+}
+
+// merge is the two-pointer merge of two sparse vectors into dst (sparse).
+func merge[T Float](dst, a, b *Vector[T]) {
+	na, nb := len(a.Indices), len(b.Indices)
+	idx := grow(dst.Indices, na+nb)
+	val := grow(dst.Values, na+nb)
+	ai, av, bi, bv := a.Indices, a.Values[:na], b.Indices, b.Values[:nb]
+	i, j, n := 0, 0, 0
+	for i < na && j < nb {
+		x, y := ai[i], bi[j]
+		switch {
+		case x < y:
+			idx[n], val[n] = x, av[i]
+			i++
+		case y < x:
+			idx[n], val[n] = y, bv[j]
+			j++
+		default:
+			idx[n], val[n] = x, av[i]+bv[j]
+			i++
+			j++
+		}
+		n++
+	}
+	k := copy(idx[n:], ai[i:])
+	copy(val[n:], av[i:])
+	n += k
+	k = copy(idx[n:], bi[j:])
+	copy(val[n:], bv[j:])
+	n += k
+	dst.Dim, dst.Dense = a.Dim, false
+	dst.Indices, dst.Values = idx[:n], val[:n]
+}
+
+// accumulate sums sparse parts by scattering into a dense accumulator
+// (dst.Values) while marking touched positions in a bitmap (kept in
+// dst.Indices beyond the room for the result), then reads the bitmap in
+// order to produce the sorted result: O(total + dim/32) and no compare per
+// entry. A position's first value is copied, later ones added in parts
+// order, exactly as the merges do, so every path gives the same bits.
+func accumulate[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) error {
+	words := (dim + 31) / 32
+	idx := grow(dst.Indices, total+words)
+	seen := idx[total:]
+	clear(seen)
+	vals := grow(dst.Values, max(dim, total))
+	// When the result may be dense, zero the accumulator up front (one
+	// memclr, cheaper than filling untouched positions afterwards).
+	if PreferDense(total, dim, ValueSize[T]()) {
+		clear(vals[:dim])
+	}
+	for _, p := range parts {
+		pv := p.Values[:len(p.Indices)]
+		for i, x := range p.Indices {
+			if int(x) >= dim {
+				return errOutOfRange(x, i, dim)
+			}
+			w, bit := x>>5, uint32(1)<<(x&31)
+			if seen[w]&bit == 0 {
+				seen[w] |= bit
+				vals[x] = pv[i]
+			} else {
+				vals[x] += pv[i]
+			}
+		}
+	}
+	n := 0
+	for _, w := range seen {
+		n += bits.OnesCount32(w)
+	}
+	dst.Dim = dim
+	if PreferDense(n, dim, ValueSize[T]()) {
+		// n <= total, so the accumulator was cleared above: untouched
+		// positions already hold zero.
+		dst.Dense, dst.Indices, dst.Values = true, idx[:0], vals[:dim]
+		return nil
+	}
+	// Compacting forward is safe: the n-th touched position is >= n, and
+	// the bitmap lies beyond every position written.
+	n = 0
+	for w, word := range seen {
+		for word != 0 {
+			x := w*32 + bits.TrailingZeros32(word)
+			word &= word - 1
+			idx[n], vals[n] = uint32(x), vals[x]
+			n++
+		}
+	}
+	dst.Dense, dst.Indices, dst.Values = false, idx[:n], vals[:n]
+	return nil
+}
+
+// mergeK merges several sparse vectors with a binary min-heap of keys
+// index<<32 | part: one integer compare orders by index and breaks ties by
+// part number, so equal indices are added in parts order.
+func mergeK[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
+	idx := grow(dst.Indices, total)
+	val := grow(dst.Values, total)
+	var posBuf [64]int
+	var heapBuf [64]uint64
+	pos, heap := posBuf[:0], heapBuf[:0]
+	if len(parts) > len(posBuf) {
+		pos, heap = make([]int, 0, len(parts)), make([]uint64, 0, len(parts))
+	}
+	for p, v := range parts {
+		pos = append(pos, 0)
+		if len(v.Indices) > 0 {
+			heap = append(heap, uint64(v.Indices[0])<<32|uint64(p))
+		}
+	}
+	for i := len(heap)/2 - 1; i >= 0; i-- {
+		siftDown(heap, i)
+	}
+	n := 0
+	for len(heap) > 0 {
+		key := heap[0]
+		p, x := int(uint32(key)), uint32(key>>32)
+		y := parts[p].Values[pos[p]]
+		if n > 0 && idx[n-1] == x {
+			val[n-1] += y
+		} else {
+			idx[n], val[n] = x, y
+			n++
+		}
+		pos[p]++
+		if pos[p] < len(parts[p].Indices) {
+			heap[0] = uint64(parts[p].Indices[pos[p]])<<32 | uint64(p)
+		} else {
+			heap[0] = heap[len(heap)-1]
+			heap = heap[:len(heap)-1]
+		}
+		siftDown(heap, 0)
+	}
+	dst.Dim, dst.Dense = dim, false
+	dst.Indices, dst.Values = idx[:n], val[:n]
+}
+
+func siftDown(heap []uint64, i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(heap) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(heap) && heap[r] < heap[l] {
+			m = r
+		}
+		if heap[m] >= heap[i] {
+			return
+		}
+		heap[i], heap[m] = heap[m], heap[i]
+		i = m
+	}
+}
+
+// scatterAdd adds vals at idx into dense; an index outside dense (an
+// invalid vector) stops it with an error instead of a panic.
+func scatterAdd[T Float](dense []T, idx []uint32, vals []T) error {
+	vals = vals[:len(idx)]
+	for i, x := range idx {
+		if int(x) >= len(dense) {
+			return errOutOfRange(x, i, len(dense))
+		}
+		dense[x] += vals[i]
+	}
+	return nil
+}
+
+func errOutOfRange(x uint32, pos, dim int) error {
+	return fmt.Errorf("%w: index %d at position %d is out of range for dimension %d", ErrInvalid, x, pos, dim)
+}
+
+func addDense[T Float](dst, a, b []T) {
+	b = b[:len(a)]
+	dst = dst[:len(a)]
+	for i := range a {
+		dst[i] = a[i] + b[i]
+	}
+}
