@@ -1,0 +1,171 @@
+package fallback
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+// conn is one TCP connection to a peer with its writer and reader state.
+type conn struct {
+	t     *Transport
+	peer  int
+	index int
+	nc    *net.TCPConn
+	q     *sendQueue
+	fr    frameReader
+
+	goodbye    atomic.Bool   // a goodbye frame arrived on this connection
+	broken     atomic.Bool   // a write failed; no goodbye on Close
+	readerDone chan struct{} // closed when the reader goroutine returns
+
+	// Writer scratch, reused for every batch so steady-state sending
+	// does not allocate.
+	hdrs  [maxBatch][headerSize]byte
+	iov   [][]byte    // backing array of the vector
+	wbuf  net.Buffers // the vector being written; WriteTo consumes it
+	batch []*sendItem
+}
+
+func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
+	c := &conn{t: t, peer: peer, index: index, nc: nc, q: newSendQueue(), readerDone: make(chan struct{})}
+	c.fr = frameReader{
+		peer:       peer,
+		r:          bufio.NewReaderSize(nc, readBufferSize),
+		m:          t.m,
+		maxMessage: t.cfg.MaxMessage,
+		gate:       t,
+		onData: func(n int) {
+			t.bytesRecv.Add(uint64(n))
+			t.msgsRecv.Add(1)
+		},
+	}
+	return c
+}
+
+// writeLoop writes queued frames until the queue closes or a write fails.
+func (c *conn) writeLoop() {
+	defer c.t.writers.Done()
+	for {
+		c.batch = c.q.take(c.batch[:0])
+		if len(c.batch) == 0 {
+			return
+		}
+		if err := c.writeBatch(c.batch); err != nil {
+			c.broken.Store(true)
+			c.writeFailed(c.batch, err)
+			clear(c.batch)
+			return
+		}
+		clear(c.batch) // drop references to the callers' buffers
+	}
+}
+
+// writeBatch writes the frames of batch with one vectored write: each
+// header followed by the caller's buffers, none of them copied.
+func (c *conn) writeBatch(batch []*sendItem) error {
+	iov := c.iov[:0]
+	for i, it := range batch {
+		encodeHeader(c.hdrs[i][:], &it.hdr)
+		iov = append(iov, c.hdrs[i][:])
+		for _, b := range it.bufs {
+			if len(b) > 0 {
+				iov = append(iov, b)
+			}
+		}
+	}
+	c.iov = iov
+	c.wbuf = iov
+	_, err := c.wbuf.WriteTo(c.nc)
+	clear(iov) // drop the references to the callers' buffers
+	if err != nil {
+		return err
+	}
+	for _, it := range batch {
+		if it.req != nil {
+			c.t.bytesSent.Add(it.hdr.length)
+			c.t.msgsSent.Add(1)
+		}
+		it.finish(nil)
+	}
+	return nil
+}
+
+// readerGrace is how long a failed write waits for the connection's
+// reader to report why, so that a peer that closed cleanly is reported as
+// closed rather than as a reset connection.
+const readerGrace = 100 * time.Millisecond
+
+// writeFailed fails the batch that could not be written and the transport.
+func (c *conn) writeFailed(batch []*sendItem, err error) {
+	t := c.t
+	if !t.isStopping() {
+		select {
+		case <-c.readerDone:
+		case <-time.After(readerGrace):
+		}
+	}
+	var lost error = t.lost(c, "send to", err)
+	if sticky := t.Err(); sticky != nil {
+		lost = sticky
+	}
+	for _, it := range batch {
+		it.finish(lost)
+	}
+	if t.saidGoodbye(c.peer) {
+		// The peer closed gracefully: sends to it fail, the job goes on.
+		c.q.close(lost)
+		return
+	}
+	t.fail(lost, c.peer)
+}
+
+// readLoop reads frames until the connection ends, then reports why.
+func (c *conn) readLoop() {
+	defer c.t.readers.Done()
+	defer close(c.readerDone)
+	err := c.fr.run()
+	t := c.t
+	if c.fr.sawGoodbye {
+		c.goodbye.Store(true)
+	}
+	if t.isStopping() || errors.Is(err, errStopping) {
+		return
+	}
+	if c.fr.sawGoodbye && !errors.Is(err, transport.ErrProtocol) {
+		// Whatever ended the stream after a goodbye (EOF, or a reset
+		// because we were still sending) is the peer closing.
+		t.connClosedByPeer(c.peer)
+		return
+	}
+	if errors.Is(err, transport.ErrProtocol) {
+		t.cfg.Logf("tcp: rank %d: protocol error from rank %d on connection %d: %v", t.rank, c.peer, c.index, err)
+		// A rank that cannot trust its input is broken as a whole:
+		// closing every connection tells the other ranks at once.
+		t.fail(&transport.PeerError{Peer: c.peer, Kind: transport.ErrProtocol,
+			Err: protocolCause(t.rank, c, err)}, closeAll)
+		return
+	}
+	t.fail(t.lost(c, "receive from", err), c.peer)
+}
+
+// sayGoodbye writes a goodbye frame, best effort: the connection is about
+// to close either way, the goodbye only improves the peer's error message.
+func (c *conn) sayGoodbye(deadline time.Time) {
+	if c.broken.Load() {
+		return
+	}
+	var b [headerSize]byte
+	encodeHeader(b[:], &header{kind: frameGoodbye})
+	_ = c.nc.SetWriteDeadline(deadline)
+	_, _ = c.nc.Write(b[:])
+}
+
+func protocolCause(rank int, c *conn, err error) error {
+	return fmt.Errorf("rank %d: connection %d from rank %d: %w", rank, c.index, c.peer, err)
+}

@@ -1,0 +1,43 @@
+// Package fallback is sparcml's TCP transport, used where there is no RDMA
+// and as the reference the RDMA transport is tested against. It implements
+// transport.Transport over a full mesh of TCP connections.
+//
+// # Setup
+//
+// Each rank listens on Config.ListenIP, publishes its address in the job's
+// store under "tcp/addr/<rank>", dials every lower rank and accepts every
+// higher one, Config.ConnsPerPeer connections per pair. Every connection
+// first runs bootstrap.Authenticate with the job token (the dialer is the
+// client), then both sides exchange a hello (magic, protocol version,
+// rank, job size, connection index, connections per peer) and check it.
+// A connection that fails either step is refused and logged and the job
+// goes on; a stranger cannot take a slot or stall the setup. The listener
+// closes once the mesh is complete. Every rank is connected to every other
+// so that each notices any peer's death itself.
+//
+// # Data path
+//
+// Every frame is a fixed 48-byte header (see frame.go) and a payload.
+// Send queues the message for the connection its tag hashes to (one
+// message never splits, and messages on one connection stay in order); a
+// writer goroutine per connection writes queued frames with one vectored
+// write (header and the caller's buffers, no copy) and completes each
+// request when its bytes are in the kernel. A reader goroutine per
+// connection reads a header, asks the receive matcher where the payload
+// goes and reads it there: straight into the posted receive buffer when
+// the receive is posted (zero-copy), into a pooled buffer otherwise. When
+// a peer's budget of unexpected bytes is used up the reader stops reading
+// that connection until receives are posted, and TCP flow control stops
+// the sender: memory stays bounded.
+//
+// # Failures
+//
+// A read or write error, or the end of a connection, makes the transport
+// fail with a sticky *transport.PeerError of kind transport.ErrPeerLost
+// naming the peer; a malformed frame, one of kind transport.ErrProtocol.
+// Every pending and later request fails with it. A peer that closes its
+// transport sends a goodbye first, so the error says it closed rather than
+// crashed. FailOp fails one operation on every rank without failing the
+// transport. Abort closes every connection, so every peer sees this rank
+// lost; Close says goodbye, closes and waits for every goroutine.
+package fallback

@@ -1,0 +1,96 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+// TestAbortMidTransfer aborts ranks while large messages are being read
+// into posted buffers. A failed receive's buffer must be the caller's
+// again at once: the test overwrites it, and the race detector (which
+// sees the read system calls) reports any reader still writing into it.
+func TestAbortMidTransfer(t *testing.T) {
+	for _, victim := range []int{0, 1} { // the sender, then the receiver
+		t.Run([]string{"sender", "receiver"}[victim], func(t *testing.T) {
+			checkNoLeaks(t)
+			j := startJob(t, 2, nil)
+			ctx := waitCtx(t)
+			const msgSize, msgs = 8 << 20, 4
+			var recvs, sends []*transport.Request
+			bufs := make([][]byte, msgs)
+			for i := range msgs {
+				tag := transport.Tag{Comm: 1, Seq: uint64(i)}
+				bufs[i] = make([]byte, msgSize)
+				recvs = append(recvs, j.ts[1].Recv(0, tag, testDesc, bufs[i]))
+				sends = append(sends, j.ts[0].Send(1, tag, testDesc, reference[:msgSize]))
+			}
+			time.Sleep(time.Millisecond) // let the transfer start
+			j.ts[victim].Abort(errors.New("test abort"))
+			for i, r := range recvs {
+				err := r.Wait(ctx)
+				if err == nil {
+					continue // completed before the abort
+				}
+				clear(bufs[i]) // the buffer is ours again
+				if victim == 1 && !errors.Is(err, transport.ErrAborted) {
+					t.Errorf("receive %d on the aborted rank: %v, want ErrAborted", i, err)
+				}
+				if victim == 0 && !errors.Is(err, transport.ErrPeerLost) {
+					t.Errorf("receive %d from the aborted rank: %v, want ErrPeerLost", i, err)
+				}
+			}
+			for i, s := range sends {
+				if err := s.Wait(ctx); err != nil && !errors.Is(err, transport.ErrAborted) && !errors.Is(err, transport.ErrPeerLost) {
+					t.Errorf("send %d: %v, want success, ErrAborted or ErrPeerLost", i, err)
+				}
+			}
+		})
+	}
+}
+
+// TestCloseWhileStalled closes a receiver whose reader is blocked by
+// back-pressure and whose sender is blocked writing: both sides must
+// unblock promptly with the right errors.
+func TestCloseWhileStalled(t *testing.T) {
+	checkNoLeaks(t)
+	j := startJob(t, 2, func(c *Config) {
+		c.UnexpectedLimit = 64 << 10
+		c.SocketBuffer = 64 << 10
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var sends []*transport.Request
+	for i := range 32 {
+		sends = append(sends, j.ts[0].Send(1, transport.Tag{Comm: 1, Seq: uint64(i)}, testDesc, reference[:256<<10]))
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := j.ts[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > closeTimeout+time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	failed := 0
+	for i, s := range sends {
+		err := s.Wait(ctx)
+		if err == nil {
+			continue
+		}
+		failed++
+		if failed == 1 {
+			t.Logf("send %d: %v", i, err)
+		}
+		var pe *transport.PeerError
+		if !errors.As(err, &pe) || pe.Peer != 1 || !errors.Is(err, transport.ErrPeerLost) {
+			t.Errorf("send %d: %v, want ErrPeerLost naming rank 1", i, err)
+		}
+	}
+	if failed == 0 {
+		t.Errorf("all 8 MiB of sends completed although the receiver read at most %d bytes", 64<<10)
+	}
+}

@@ -1,0 +1,143 @@
+package fallback
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+func TestHeaderRoundTrip(t *testing.T) {
+	headers := []header{
+		{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 2, Step: 3}, desc: testDesc, length: 1 << 20},
+		{kind: frameData, tag: transport.Tag{Comm: ^uint32(0), Seq: ^uint64(0), Step: ^uint32(0)},
+			desc: transport.Desc{Kind: transport.OpSparseAllreduce, DType: 255, Reduce: 3, Algo: 9, Root: -1, Count: ^uint64(0)}, length: 0},
+		{kind: frameFailOp, tag: transport.Tag{Comm: 5, Seq: 6}, length: maxReasonLen},
+		{kind: frameGoodbye},
+	}
+	for _, h := range headers {
+		var b [headerSize]byte
+		encodeHeader(b[:], &h)
+		got, err := decodeHeader(b[:], 1<<20)
+		if err != nil {
+			t.Fatalf("decode(encode(%+v)): %v", h, err)
+		}
+		if got != h {
+			t.Fatalf("decode(encode(%+v)) = %+v", h, got)
+		}
+	}
+	var b [headerSize]byte
+	encodeHeader(b[:], &header{kind: frameData, length: 1<<20 + 1})
+	if _, err := decodeHeader(b[:], 1<<20); !errors.Is(err, transport.ErrProtocol) {
+		t.Fatalf("oversized data frame: %v, want ErrProtocol", err)
+	}
+	if _, err := decodeHeader(b[:headerSize-1], 1<<30); !errors.Is(err, transport.ErrProtocol) {
+		t.Fatalf("short header: %v, want ErrProtocol", err)
+	}
+}
+
+func TestHelloRoundTrip(t *testing.T) {
+	h := hello{rank: 3, size: 8, conn: 1, connsPerPeer: 2}
+	var b [helloSize]byte
+	encodeHello(b[:], h)
+	got, err := decodeHello(b[:])
+	if err != nil || got != h {
+		t.Fatalf("decodeHello(encodeHello(%+v)) = %+v, %v", h, got, err)
+	}
+	b[4]++
+	if _, err := decodeHello(b[:]); !errors.Is(err, transport.ErrProtocol) {
+		t.Fatalf("wrong version: %v, want ErrProtocol", err)
+	}
+}
+
+// FuzzDecodeHeader: any input either decodes to a header within the
+// limits that encodes back to the same bytes, or is a protocol error.
+func FuzzDecodeHeader(f *testing.F) {
+	const maxMessage = 1 << 20
+	for _, h := range []header{
+		{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 2, Step: 3}, desc: testDesc, length: 100},
+		{kind: frameFailOp, length: 10},
+		{kind: frameGoodbye},
+	} {
+		var b [headerSize]byte
+		encodeHeader(b[:], &h)
+		f.Add(b[:])
+	}
+	f.Add([]byte("short"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := decodeHeader(b, maxMessage)
+		if err != nil {
+			if !errors.Is(err, transport.ErrProtocol) {
+				t.Fatalf("error %v is not ErrProtocol", err)
+			}
+			return
+		}
+		switch h.kind {
+		case frameData:
+			if h.length > maxMessage {
+				t.Fatalf("accepted a %d-byte data frame", h.length)
+			}
+		case frameFailOp:
+			if h.length > maxReasonLen {
+				t.Fatalf("accepted a %d-byte fail-op frame", h.length)
+			}
+		case frameGoodbye:
+			if h.length != 0 {
+				t.Fatalf("accepted a goodbye with %d bytes", h.length)
+			}
+		default:
+			t.Fatalf("accepted frame kind %d", h.kind)
+		}
+		var again [headerSize]byte
+		encodeHeader(again[:], &h)
+		if !bytes.Equal(again[:], b[:headerSize]) {
+			t.Fatalf("re-encoding %+v gives %x, input %x", h, again, b[:headerSize])
+		}
+	})
+}
+
+type openGate struct{}
+
+func (openGate) enterFill() bool { return true }
+func (openGate) exitFill()       {}
+
+// FuzzFrameReader feeds arbitrary bytes to a connection's reader: it must
+// end with an error (the input always ends), never panic, and never
+// allocate for a message more than MaxMessage.
+func FuzzFrameReader(f *testing.F) {
+	const maxMessage = 1 << 16
+	data := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 1}, desc: testDesc}
+	f.Add(frameBytes(data, []byte("hello")))
+	f.Add(append(frameBytes(data, []byte("a")), frameBytes(data, []byte("b"))...))
+	f.Add(append(frameBytes(header{kind: frameFailOp, tag: transport.Tag{Comm: 1, Seq: 1}}, []byte("why")),
+		frameBytes(data, []byte("late"))...))
+	f.Add(append(frameBytes(header{kind: frameGoodbye}, nil), frameBytes(data, nil)...))
+	f.Add(frameBytes(data, make([]byte, 3000))[:100])
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		m := transport.NewMatcher(0, 0)
+		// A receive posted for one tag exercises the zero-copy path.
+		posted := m.Post(1, transport.Tag{Comm: 1, Seq: 2}, testDesc, make([]byte, 8))
+		fr := &frameReader{
+			peer:       1,
+			r:          bufio.NewReaderSize(bytes.NewReader(stream), 4096),
+			m:          m,
+			maxMessage: maxMessage,
+			gate:       openGate{},
+			onData:     func(n int) {},
+		}
+		err := fr.run()
+		if err == nil {
+			t.Fatal("reader returned no error at the end of its input")
+		}
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, transport.ErrProtocol) {
+			t.Fatalf("unexpected error kind: %v", err)
+		}
+		if done, err := posted.Test(); done && err == nil && len(posted.Data()) > maxMessage {
+			t.Fatalf("received %d bytes, limit %d", len(posted.Data()), maxMessage)
+		}
+		m.Abort(errors.New("done"))
+	})
+}

@@ -1,0 +1,254 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+// The two-process benchmarks run the sender in a child process (this test
+// binary again, told so by the environment), so sender and receiver are
+// separate processes as in a real job.
+const (
+	envChildMode = "FALLBACK_BENCH_CHILD" // "raw" or "p2p"
+	envChildAddr = "FALLBACK_BENCH_ADDR"
+	envChildSize = "FALLBACK_BENCH_SIZE"
+	envChildN    = "FALLBACK_BENCH_N"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envChildMode); mode != "" {
+		if err := runBenchChild(mode); err != nil {
+			fmt.Fprintf(os.Stderr, "benchmark child: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// startChild runs the sender side of a two-process benchmark.
+func startChild(b *testing.B, mode, addr string, size int) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChildMode+"="+mode, envChildAddr+"="+addr,
+		envChildSize+"="+strconv.Itoa(size), envChildN+"="+strconv.Itoa(b.N))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return cmd
+}
+
+func runBenchChild(mode string) error {
+	addr := os.Getenv(envChildAddr)
+	size, err := strconv.Atoi(os.Getenv(envChildSize))
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(os.Getenv(envChildN))
+	if err != nil {
+		return err
+	}
+	src := touched(size)
+	switch mode {
+	case "raw":
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(5 * time.Minute))
+		if err := setBuffers(nc.(*net.TCPConn)); err != nil {
+			return err
+		}
+		for range n {
+			if _, err := nc.Write(src); err != nil {
+				return err
+			}
+		}
+		_, err = nc.Read(make([]byte, 1)) // wait until the parent has read everything
+		return err
+	case "p2p":
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tr, err := New(ctx, Config{Rank: 1, Size: 2, Store: childStore(addr), Token: testToken})
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		if err := tr.Recv(0, goTag, testDesc, nil).Wait(ctx); err != nil {
+			return err
+		}
+		window := benchWindow(size)
+		sends := make([]*transport.Request, window)
+		for i := range n {
+			slot := i % window
+			if i >= window {
+				if err := sends[slot].Wait(ctx); err != nil {
+					return err
+				}
+			}
+			sends[slot] = tr.Send(0, transport.Tag{Comm: 1, Seq: uint64(i)}, testDesc, src)
+		}
+		for _, s := range sends {
+			if s != nil {
+				if err := s.Wait(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		return tr.Recv(0, doneTag, testDesc, nil).Wait(ctx)
+	}
+	return fmt.Errorf("unknown mode %q", mode)
+}
+
+var (
+	goTag   = transport.Tag{Comm: 2, Seq: 1}
+	doneTag = transport.Tag{Comm: 2, Seq: 2}
+)
+
+// childStore is the child's view of the store: rank 0's address.
+type childStore string
+
+func (s childStore) Set(ctx context.Context, key string, value []byte) error { return nil }
+func (s childStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if key != addrKey(0) {
+		return nil, errors.New("childStore: only knows rank 0")
+	}
+	return []byte(s), nil
+}
+func (s childStore) Close() error { return nil }
+
+// parentStore starts the child once rank 0 publishes its address.
+type parentStore struct{ onAddr func(addr string) }
+
+func (s parentStore) Set(ctx context.Context, key string, value []byte) error {
+	s.onAddr(string(value))
+	return nil
+}
+func (s parentStore) Get(ctx context.Context, key string) ([]byte, error) {
+	return nil, errors.New("parentStore: rank 0 looks nothing up")
+}
+func (s parentStore) Close() error { return nil }
+
+func setBuffers(tc *net.TCPConn) error {
+	if err := tc.SetReadBuffer(DefaultSocketBuffer); err != nil {
+		return err
+	}
+	return tc.SetWriteBuffer(DefaultSocketBuffer)
+}
+
+// BenchmarkRawTCPProcesses: a plain Go TCP stream from a child process,
+// one Write and one io.ReadFull per message, into benchWindow rotating
+// buffers like BenchmarkP2PProcesses.
+func BenchmarkRawTCPProcesses(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(sizeName(size), func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			dsts := make([][]byte, benchWindow(size))
+			for i := range dsts {
+				dsts[i] = touched(size)
+			}
+			cmd := startChild(b, "raw", ln.Addr().String(), size)
+			nc, err := ln.Accept()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(5 * time.Minute)) // a hang fails
+			if err := setBuffers(nc.(*net.TCPConn)); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			cpu := processCPU()
+			for i := range b.N {
+				if _, err := io.ReadFull(nc, dsts[i%len(dsts)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			cpu = processCPU() - cpu
+			nc.Write([]byte{1})
+			if err := cmd.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			reportProcessesCPU(b, cpu, cmd, size)
+		})
+	}
+}
+
+// BenchmarkP2PProcesses: the TCP transport between this process (rank 0,
+// receiving into posted buffers) and a child process (rank 1, sending with
+// benchWindow(size) messages in flight).
+func BenchmarkP2PProcesses(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(sizeName(size), func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			var cmd *exec.Cmd
+			store := parentStore{onAddr: func(addr string) { cmd = startChild(b, "p2p", addr, size) }}
+			tr, err := New(ctx, Config{Rank: 0, Size: 2, Store: store, Token: testToken})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Close()
+			window := benchWindow(size)
+			bufs := make([][]byte, window)
+			for i := range bufs {
+				bufs[i] = touched(size)
+			}
+			recvs := make([]*transport.Request, window)
+			post := func(i int) {
+				recvs[i%window] = tr.Recv(1, transport.Tag{Comm: 1, Seq: uint64(i)}, testDesc, bufs[i%window])
+			}
+			for i := 0; i < min(b.N, window); i++ {
+				post(i)
+			}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			cpu := processCPU()
+			if err := tr.Send(1, goTag, testDesc, nil).Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			for i := range b.N {
+				if err := recvs[i%window].Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if next := i + window; next < b.N {
+					post(next)
+				}
+			}
+			b.StopTimer()
+			cpu = processCPU() - cpu
+			if err := tr.Send(1, doneTag, testDesc, nil).Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			reportProcessesCPU(b, cpu, cmd, size)
+		})
+	}
+}
+
+// reportProcessesCPU adds the CPU time per GB of both processes: the
+// receiver's during the timed loop and the whole sender child's (whose
+// setup, the same in both benchmarks, is small next to the transfer).
+func reportProcessesCPU(b *testing.B, parent time.Duration, cmd *exec.Cmd, size int) {
+	child := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	b.ReportMetric((parent+child).Seconds()/(float64(b.N)*float64(size)/1e9), "cpu-s/GB")
+}

@@ -1,0 +1,131 @@
+package fallback
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+// errStopping: the transport is shutting down and the reader must not
+// start writing into a receive buffer.
+var errStopping = errors.New("transport stopping")
+
+// fillGate is how the transport keeps readers out of receive buffers while
+// it fails them: enterFill reports whether the reader may start filling a
+// buffer, exitFill says it has finished with it.
+type fillGate interface {
+	enterFill() bool
+	exitFill()
+}
+
+// frameReader reads the frames of one connection from one peer and hands
+// them to the matcher. It is independent of the rest of the transport so
+// that it can be fuzzed on arbitrary bytes.
+type frameReader struct {
+	peer       int
+	r          *bufio.Reader
+	m          *transport.Matcher
+	maxMessage int64
+	gate       fillGate
+	onData     func(n int) // counts a received message
+
+	hdr        [headerSize]byte
+	reason     [maxReasonLen]byte
+	sawGoodbye bool
+}
+
+// readBufferSize is the size of the buffered reader in front of the
+// socket. Headers and small payloads are read through it (one system call
+// for many small frames); of a larger payload, at most this much is copied
+// out of it and the rest is read straight into the receive buffer.
+const readBufferSize = 8 << 10
+
+// run reads frames until an error, which it returns. After a goodbye
+// frame, the peer's closing shows up as the returned error with
+// sawGoodbye set.
+func (fr *frameReader) run() error {
+	for {
+		if err := fr.readFrame(); err != nil {
+			return err
+		}
+	}
+}
+
+func (fr *frameReader) readFrame() error {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+		if err == io.EOF {
+			return err // clean end between frames
+		}
+		return fmt.Errorf("reading frame header: %w", err)
+	}
+	h, err := decodeHeader(fr.hdr[:], fr.maxMessage)
+	if err != nil {
+		return err
+	}
+	if fr.sawGoodbye {
+		return protocolErrorf("%v frame after goodbye", h.kind)
+	}
+	switch h.kind {
+	case frameData:
+		return fr.readData(&h)
+	case frameFailOp:
+		return fr.readFailOp(&h)
+	case frameGoodbye:
+		fr.sawGoodbye = true
+		return nil
+	}
+	return protocolErrorf("unhandled frame kind %v", h.kind)
+}
+
+// readData reads one message's payload where the matcher says: into the
+// posted receive buffer (zero-copy), into an unexpected-message buffer, or
+// nowhere (a failed operation's late message).
+func (fr *frameReader) readData(h *header) error {
+	n := int(h.length) // decodeHeader bounded it by maxMessage
+	dst, done, err := fr.m.Claim(fr.peer, h.tag, h.desc, n)
+	if err != nil {
+		return err
+	}
+	if dst == nil {
+		if _, err := fr.r.Discard(n); err != nil {
+			return payloadError(h, err)
+		}
+		done()
+		fr.onData(n)
+		return nil
+	}
+	if !fr.gate.enterFill() {
+		return errStopping
+	}
+	_, err = io.ReadFull(fr.r, dst)
+	if err == nil {
+		done()
+	}
+	fr.gate.exitFill()
+	if err != nil {
+		return payloadError(h, err)
+	}
+	fr.onData(n)
+	return nil
+}
+
+func (fr *frameReader) readFailOp(h *header) error {
+	reason := fr.reason[:h.length] // decodeHeader bounded it by maxReasonLen
+	if _, err := io.ReadFull(fr.r, reason); err != nil {
+		return payloadError(h, err)
+	}
+	fr.m.FailOp(h.tag.Comm, h.tag.Seq, &transport.RemoteFailure{Peer: fr.peer, Reason: string(reason)})
+	return nil
+}
+
+// payloadError describes a read that ended inside a frame: the header
+// promised more bytes, so even a plain EOF is unexpected.
+func payloadError(h *header, err error) error {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("reading %d-byte payload of %v frame (%v): %w", h.length, h.kind, h.tag, err)
+}

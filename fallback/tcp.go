@@ -1,0 +1,365 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+// closeTimeout bounds how long Close spends flushing writes and saying
+// goodbye to peers that do not read.
+const closeTimeout = 2 * time.Second
+
+// Transport is one rank's TCP transport: a full mesh of authenticated
+// connections to every other rank, ConnsPerPeer per peer, each with a
+// writer goroutine (vectored writes straight from the callers' buffers)
+// and a reader goroutine (payloads read straight into posted receive
+// buffers). It implements transport.Transport.
+type Transport struct {
+	cfg   Config
+	rank  int
+	size  int
+	m     *transport.Matcher
+	peers [][]*conn // peers[p] holds the connections to rank p; nil for this rank
+
+	bytesSent, bytesRecv, msgsSent, msgsRecv atomic.Uint64
+
+	mu       sync.Mutex
+	err      error      // sticky error; set once
+	filling  int        // readers writing into receive buffers right now
+	idle     *sync.Cond // signalled when filling drops to zero
+	peerGone []int      // per peer, connections that ended with goodbye
+
+	closeOnce sync.Once
+	readers   sync.WaitGroup
+	writers   sync.WaitGroup
+	aborters  sync.WaitGroup // goroutines started by fail
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// New sets up this rank's transport: it listens, publishes its address,
+// connects to every other rank of the job and returns once the mesh is
+// complete, or fails when ctx ends first. Every rank of the job must call
+// New with the same Size, Token and ConnsPerPeer.
+func New(ctx context.Context, cfg Config) (*Transport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{
+		cfg:      cfg,
+		rank:     cfg.Rank,
+		size:     cfg.Size,
+		m:        transport.NewMatcher(cfg.Rank, cfg.UnexpectedLimit),
+		peerGone: make([]int, cfg.Size),
+	}
+	t.idle = sync.NewCond(&t.mu)
+	if cfg.Size == 1 {
+		t.peers = make([][]*conn, 1)
+		return t, nil
+	}
+	sockets, err := connectMesh(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.peers = make([][]*conn, cfg.Size)
+	for p, list := range sockets {
+		for i, nc := range list {
+			t.peers[p] = append(t.peers[p], newConn(t, p, i, nc))
+		}
+	}
+	for _, list := range t.peers {
+		for _, c := range list {
+			t.readers.Add(1)
+			go c.readLoop()
+			t.writers.Add(1)
+			go c.writeLoop()
+		}
+	}
+	return t, nil
+}
+
+// Name implements transport.Transport.
+func (t *Transport) Name() string { return "tcp" }
+
+// Rank implements transport.Transport.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size implements transport.Transport.
+func (t *Transport) Size() int { return t.size }
+
+func (t *Transport) checkPeer(peer int) error {
+	if peer < 0 || peer >= t.size || peer == t.rank {
+		return fmt.Errorf("%w: tcp: rank %d: peer %d out of range [0,%d) or self", transport.ErrInvalid, t.rank, peer, t.size)
+	}
+	return nil
+}
+
+// connFor picks the connection to peer that carries tag. A hash of the
+// whole tag spreads the steps of one operation and concurrent operations
+// over the connections, while one message never splits.
+func (t *Transport) connFor(peer int, tag transport.Tag) *conn {
+	list := t.peers[peer]
+	if len(list) == 1 {
+		return list[0]
+	}
+	h := uint64(tag.Comm)*0x9E3779B97F4A7C15 ^ tag.Seq*0xC2B2AE3D27D4EB4F ^ uint64(tag.Step)*0x165667B19E3779F9
+	h ^= h >> 29
+	return list[h%uint64(len(list))]
+}
+
+// Send implements transport.Transport. It queues the message on its
+// connection's writer and returns at once; the request completes when the
+// whole message has been handed to the kernel.
+func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs ...[]byte) *transport.Request {
+	if err := t.checkPeer(peer); err != nil {
+		return transport.Failed(peer, tag, true, err)
+	}
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	if n > t.cfg.MaxMessage {
+		return transport.Failed(peer, tag, true, fmt.Errorf("%w: tcp: rank %d: message of %d bytes to rank %d exceeds MaxMessage %d",
+			transport.ErrInvalid, t.rank, n, peer, t.cfg.MaxMessage))
+	}
+	req := transport.NewRequest(peer, tag, true)
+	it := newSendItem(header{kind: frameData, tag: tag, desc: desc, length: uint64(n)}, bufs, req)
+	if err := t.connFor(peer, tag).q.push(it); err != nil {
+		it.finish(err)
+	}
+	return req
+}
+
+// Recv implements transport.Transport.
+func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf []byte) *transport.Request {
+	if err := t.checkPeer(peer); err != nil {
+		return transport.Failed(peer, tag, false, err)
+	}
+	return t.m.Post(peer, tag, desc, buf)
+}
+
+// FailOp implements transport.Transport: the operation fails here at once
+// and a fail-op frame carrying err's text tells every peer to fail it too.
+func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
+	if err == nil {
+		err = transport.ErrAborted
+	}
+	t.m.FailOp(comm, seq, err)
+	reason := err.Error()
+	if len(reason) > maxReasonLen {
+		reason = reason[:maxReasonLen]
+	}
+	payload := []byte(reason)
+	for p, list := range t.peers {
+		if p == t.rank {
+			continue
+		}
+		h := header{kind: frameFailOp, tag: transport.Tag{Comm: comm, Seq: seq}, length: uint64(len(payload))}
+		it := newSendItem(h, [][]byte{payload}, nil)
+		// A closed queue means the transport has failed, and with it
+		// every operation on every rank: nothing more to tell.
+		if err := list[0].q.push(it); err != nil {
+			it.finish(err)
+		}
+	}
+}
+
+// Abort implements transport.Transport: everything pending and later fails
+// with err, and the connections are closed without goodbye so every peer
+// sees this rank lost.
+func (t *Transport) Abort(err error) {
+	if err == nil {
+		err = errors.New("no reason given")
+	}
+	t.fail(fmt.Errorf("%w: %w", transport.ErrAborted, err), closeAll)
+}
+
+// Err implements transport.Transport.
+func (t *Transport) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// Stats implements transport.Transport.
+func (t *Transport) Stats() transport.Stats {
+	return transport.Stats{
+		BytesSent: t.bytesSent.Load(),
+		BytesRecv: t.bytesRecv.Load(),
+		MsgsSent:  t.msgsSent.Load(),
+		MsgsRecv:  t.msgsRecv.Load(),
+	}
+}
+
+// Close implements transport.Transport. Queued sends fail with
+// transport.ErrClosed; messages already handed to the writers are flushed
+// (for at most closeTimeout), each peer gets a goodbye so it reports this
+// rank as closed rather than crashed, and Close returns once every
+// goroutine of the transport has stopped. It is idempotent.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		t.setErr(transport.ErrClosed)
+		deadline := time.Now().Add(closeTimeout)
+		t.forEachConn(func(c *conn) {
+			_ = c.nc.SetWriteDeadline(deadline)
+			c.q.close(transport.ErrClosed)
+		})
+		t.writers.Wait()
+		goodbyeDeadline := time.Now().Add(closeTimeout)
+		t.forEachConn(func(c *conn) { c.sayGoodbye(goodbyeDeadline) })
+		t.fail(transport.ErrClosed, closeAll)
+		t.readers.Wait()
+		t.aborters.Wait()
+	})
+	return nil
+}
+
+// setErr records the sticky error and reports whether it was the first.
+func (t *Transport) setErr(err error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return false
+	}
+	t.err = err
+	return true
+}
+
+// closeAll tells fail to close every connection.
+const closeAll = -1
+
+// fail makes err the transport's sticky error (unless one is set) and
+// fails everything pending and queued with it. It closes the connections
+// to closePeer, or all of them for closeAll (Abort, Close, protocol
+// errors: the other ranks see this rank gone). Losing one peer does not close the connections to the
+// others: each rank must learn of a death from the dead rank itself, with
+// an error naming it, not from a cascade of closures naming whoever
+// noticed first.
+func (t *Transport) fail(err error, closePeer int) {
+	first := t.setErr(err)
+	err = t.Err()
+	t.forEachConn(func(c *conn) {
+		c.q.close(err)
+		if closePeer == closeAll || closePeer == c.peer {
+			_ = c.nc.Close()
+		}
+	})
+	if first {
+		t.cfg.Logf("tcp: rank %d: transport failed: %v", t.rank, err)
+	}
+	if closePeer == closeAll {
+		t.abortMatcher(err)
+		return
+	}
+	// Called from a reader or writer: do not block it (Close waits for
+	// writers) behind a fill from a live peer.
+	t.aborters.Add(1)
+	go func() {
+		defer t.aborters.Done()
+		t.abortMatcher(err)
+	}()
+}
+
+// abortMatcher fails every receive once no reader is writing into a
+// receive buffer: failing one being written would let the caller reuse a
+// buffer still being filled. Fills end quickly: none starts once the
+// sticky error is set, and those from closed connections fail at once.
+func (t *Transport) abortMatcher(err error) {
+	t.waitNoFill()
+	t.m.Abort(err)
+}
+
+func (t *Transport) forEachConn(f func(c *conn)) {
+	for _, list := range t.peers {
+		for _, c := range list {
+			f(c)
+		}
+	}
+}
+
+// enterFill implements fillGate.
+func (t *Transport) enterFill() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return false
+	}
+	t.filling++
+	return true
+}
+
+// exitFill implements fillGate.
+func (t *Transport) exitFill() {
+	t.mu.Lock()
+	t.filling--
+	if t.filling == 0 {
+		t.idle.Broadcast()
+	}
+	t.mu.Unlock()
+}
+
+func (t *Transport) waitNoFill() {
+	t.mu.Lock()
+	for t.filling > 0 {
+		t.idle.Wait()
+	}
+	t.mu.Unlock()
+}
+
+// connClosedByPeer records that a connection to peer ended after its
+// goodbye. Once all of them have, nothing more can arrive from peer and
+// the transport fails; the connections to the other ranks stay up until
+// Close, which says goodbye on them.
+func (t *Transport) connClosedByPeer(peer int) {
+	t.mu.Lock()
+	t.peerGone[peer]++
+	all := t.peerGone[peer] == len(t.peers[peer])
+	t.mu.Unlock()
+	if !all {
+		return
+	}
+	// A graceful close is not a failure of the job: the peer finished
+	// (its earlier messages were all delivered before the goodbye).
+	// Only what still involves it fails; operations among the other
+	// ranks go on.
+	err := &transport.PeerError{Peer: peer, Kind: transport.ErrPeerLost,
+		Err: fmt.Errorf("rank %d closed its connection", peer)}
+	t.m.FailPeer(peer, err)
+	for _, c := range t.peers[peer] {
+		c.q.close(err)
+	}
+}
+
+// saidGoodbye reports whether some connection to peer received a goodbye.
+func (t *Transport) saidGoodbye(peer int) bool {
+	for _, c := range t.peers[peer] {
+		if c.goodbye.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// lost builds the error for a connection to peer that broke while doing
+// what (e.g. "send to").
+func (t *Transport) lost(c *conn, what string, cause error) error {
+	if t.saidGoodbye(c.peer) {
+		cause = fmt.Errorf("rank %d closed its connection (%w)", c.peer, cause)
+	} else {
+		cause = fmt.Errorf("rank %d: %s rank %d on connection %d: %w", t.rank, what, c.peer, c.index, cause)
+	}
+	return &transport.PeerError{Peer: c.peer, Kind: transport.ErrPeerLost, Err: cause}
+}
+
+// isStopping reports whether the transport has failed or is closing, in
+// which case connection errors are consequences, not causes.
+func (t *Transport) isStopping() bool {
+	return t.Err() != nil
+}
