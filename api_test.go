@@ -1,0 +1,189 @@
+package sparcml
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// onEveryRank runs fn on each communicator of a local job with a deadline.
+func onEveryRank(t *testing.T, comms []*Comm, timeout time.Duration, fn func(ctx context.Context, c *Comm) error) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func(r int, c *Comm) {
+			defer wg.Done()
+			errs[r] = fn(ctx, c)
+		}(r, c)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout + 5*time.Second):
+		t.Fatal("ranks hung")
+	}
+	return errs
+}
+
+func TestConcurrentMixedOperations(t *testing.T) {
+	const p = 4
+	comms, err := Local(p)
+	require.NoError(t, err)
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	errs := onEveryRank(t, comms, 30*time.Second, func(ctx context.Context, c *Comm) error {
+		r := c.Rank()
+		big := make([]float32, 100_003)
+		for i := range big {
+			big[i] = float32(r + i%7)
+		}
+		small := []float64{float64(r)}
+		bc := make([]float32, 17)
+		if r == 2 {
+			for i := range bc {
+				bc[i] = float32(i)
+			}
+		}
+		gathered := make([]float64, p)
+		reqs := []*Request{
+			StartAllreduce(ctx, c, big, Sum),
+			StartAllreduce(ctx, c, small, Max),
+			StartBroadcast(ctx, c, bc, 2),
+			StartAllgather(ctx, c, []float64{float64(10 * r)}, gathered),
+			c.StartBarrier(ctx),
+		}
+		// Complete in reverse order.
+		for i := len(reqs) - 1; i >= 0; i-- {
+			if err := reqs[i].Wait(ctx); err != nil {
+				return err
+			}
+		}
+		for i, v := range big {
+			want := float32(p*(i%7) + p*(p-1)/2)
+			if v != want {
+				return errors.New("big allreduce wrong")
+			}
+		}
+		if small[0] != p-1 {
+			return errors.New("max allreduce wrong")
+		}
+		for i, v := range bc {
+			if v != float32(i) {
+				return errors.New("broadcast wrong")
+			}
+		}
+		for q, v := range gathered {
+			if v != float64(10*q) {
+				return errors.New("allgather wrong")
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d", r)
+	}
+}
+
+func TestCancelFailsOnAllRanks(t *testing.T) {
+	comms, err := Local(3)
+	require.NoError(t, err)
+	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+		opCtx := ctx
+		if c.Rank() == 1 {
+			// Rank 1 gives up at once; the others must be told.
+			var cancel context.CancelFunc
+			opCtx, cancel = context.WithCancel(ctx)
+			cancel()
+		}
+		if c.Rank() == 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return Allreduce(opCtx, c, make([]float32, 1000), Sum)
+	})
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		var e *Error
+		assert.True(t, errors.As(err, &e), "rank %d: %v", r, err)
+	}
+	// The communicator remains usable after a failed operation.
+	errs = onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+		v := []float64{1}
+		if err := Allreduce(ctx, c, v, Sum); err != nil {
+			return err
+		}
+		if v[0] != 3 {
+			return errors.New("wrong sum after cancellation")
+		}
+		return nil
+	})
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d", r)
+	}
+}
+
+func TestAbortNamesRank(t *testing.T) {
+	comms, err := Local(4)
+	require.NoError(t, err)
+	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+		if c.Rank() == 3 {
+			time.Sleep(20 * time.Millisecond)
+			c.Abort(errors.New("test abort"))
+			return nil
+		}
+		return Allreduce(ctx, c, make([]float32, 1<<16), Sum)
+	})
+	for r := 0; r < 3; r++ {
+		require.Error(t, errs[r])
+		assert.ErrorIs(t, errs[r], ErrPeerLost, "rank %d: %v", r, errs[r])
+		assert.Contains(t, errs[r].Error(), "rank 3")
+	}
+}
+
+func TestClosedAndNil(t *testing.T) {
+	comms, _ := Local(1)
+	c := comms[0]
+	require.NoError(t, Allreduce(context.Background(), c, []float32{1}, Sum))
+	c.Close()
+	assert.ErrorIs(t, Allreduce(context.Background(), c, []float32{1}, Sum), ErrClosed)
+	var nilComm *Comm
+	assert.ErrorIs(t, Allreduce(context.Background(), nilComm, []float32{1}, Sum), ErrInvalid)
+	_, err := Local(0)
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestSendRecv(t *testing.T) {
+	comms, _ := Local(3)
+	errs := onEveryRank(t, comms, 10*time.Second, func(ctx context.Context, c *Comm) error {
+		p, r := c.Size(), c.Rank()
+		out := []float32{float32(r), float32(r * r)}
+		in := make([]float32, 2)
+		send := StartSend(ctx, c, out, (r+1)%p)
+		if err := Recv(ctx, c, in, (r+p-1)%p); err != nil {
+			return err
+		}
+		if err := send.Wait(ctx); err != nil {
+			return err
+		}
+		q := (r + p - 1) % p
+		if in[0] != float32(q) || in[1] != float32(q*q) {
+			return errors.New("wrong payload")
+		}
+		return Send(ctx, c, out, r) // to self: invalid
+	})
+	for r, err := range errs {
+		assert.ErrorIs(t, err, ErrInvalid, "rank %d", r)
+	}
+}

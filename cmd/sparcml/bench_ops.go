@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/collectives"
+	"golang.org/x/sys/unix"
+)
+
+// result is one row of the benchmark's output.
+type result struct {
+	Op         string  `json:"op"`
+	Algo       string  `json:"algo"`
+	AlgoChosen string  `json:"algo_chosen"`
+	Transport  string  `json:"transport"`
+	NP         int     `json:"np"`
+	N          int     `json:"n"`
+	DType      string  `json:"dtype"`
+	Bytes      int64   `json:"bytes"`
+	TimeMin    float64 `json:"time_us_min"`
+	TimeMedian float64 `json:"time_us_median"`
+	TimeMax    float64 `json:"time_us_max"`
+	AlgBW      float64 `json:"algbw_gbps"`
+	BusBW      float64 `json:"busbw_gbps"`
+	BytesSent  int64   `json:"bytes_sent_per_rank"`
+	Check      string  `json:"check"`
+	MaxRSS     int64   `json:"max_rss_bytes"`
+
+	// Sparse operations.
+	Density        float64 `json:"density,omitempty"`
+	NNZIn          int     `json:"nnz_in,omitempty"`
+	NNZOut         int     `json:"nnz_out,omitempty"`
+	PredictedBytes int64   `json:"predicted_bytes_per_rank,omitempty"`
+	SpeedupVsDense float64 `json:"speedup_vs_dense,omitempty"`
+
+	// Overlap mode (--inflight): median times of communication alone,
+	// compute alone and both overlapped, and overlapped / (comm + compute).
+	Inflight     int     `json:"inflight,omitempty"`
+	ComputeUS    float64 `json:"compute_us,omitempty"`
+	CommUS       float64 `json:"comm_us,omitempty"`
+	OverlapUS    float64 `json:"overlap_us,omitempty"`
+	OverlapRatio float64 `json:"overlap_ratio,omitempty"`
+}
+
+// benchOp is one operation at one size on this rank.
+type benchOp interface {
+	// prepare restores the inputs an iteration may have overwritten.
+	prepare()
+	// run performs one iteration and returns the algorithm used.
+	run(ctx context.Context) (sparcml.Algo, error)
+	// verify compares this rank's result with the reference.
+	verify() bool
+	// size is the element count actually used, the bytes that define
+	// algorithm bandwidth, and the nccl-tests bus bandwidth factor.
+	size() (n int, bytes int64, busFactor float64)
+}
+
+// seeded fills dst with rank's input: small integers in [-4, 4], so sums
+// over any number of ranks and in any order are exact in float32.
+func seeded[T sparcml.Float](dst []T, seed uint64, rank int) {
+	x := seed*0x9E3779B97F4A7C15 + uint64(rank+1)*0xBF58476D1CE4E5B9
+	for i := range dst {
+		x += 0x9E3779B97F4A7C15
+		z := x
+		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+		z ^= z >> 31
+		dst[i] = T(int(z%9) - 4)
+	}
+}
+
+// reference reduces every rank's seeded input of length n with red.
+func reference[T sparcml.Float](n, size int, seed uint64, red sparcml.ReduceOp) []T {
+	ref := make([]T, n)
+	tmp := make([]T, n)
+	seeded(ref, seed, 0)
+	for r := 1; r < size; r++ {
+		seeded(tmp, seed, r)
+		for i, v := range tmp {
+			switch red {
+			case sparcml.Sum:
+				ref[i] += v
+			case sparcml.Min:
+				ref[i] = min(ref[i], v)
+			case sparcml.Max:
+				ref[i] = max(ref[i], v)
+			}
+		}
+	}
+	return ref
+}
+
+func equal[T sparcml.Float](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func newBenchOp[T sparcml.Float](cfg *benchConfig, c *sparcml.Comm, n int) (benchOp, error) {
+	p, r := c.Size(), c.Rank()
+	var z T
+	sz := int64(4)
+	if any(z) == any(float64(0)) {
+		sz = 8
+	}
+	switch cfg.op {
+	case "allreduce":
+		o := &allreduceBench[T]{cfg: cfg, c: c, data: make([]T, n), sz: sz}
+		seeded(o.data, cfg.seed, r)
+		if cfg.check {
+			o.input = append([]T(nil), o.data...)
+			o.ref = reference[T](n, p, cfg.seed, cfg.redop)
+		}
+		return o, nil
+	case "reduce-scatter":
+		m := n / p
+		o := &reduceScatterBench[T]{cfg: cfg, c: c, in: make([]T, m*p), out: make([]T, m), sz: sz}
+		seeded(o.in, cfg.seed, r)
+		if cfg.check {
+			o.ref = reference[T](m*p, p, cfg.seed, cfg.redop)[r*m : (r+1)*m]
+		}
+		return o, nil
+	case "allgather":
+		m := n / p
+		o := &allgatherBench[T]{cfg: cfg, c: c, in: make([]T, m), out: make([]T, m*p), sz: sz}
+		seeded(o.in, cfg.seed, r)
+		if cfg.check {
+			o.ref = make([]T, m*p)
+			for q := 0; q < p; q++ {
+				seeded(o.ref[q*m:(q+1)*m], cfg.seed, q)
+			}
+		}
+		return o, nil
+	case "broadcast":
+		if cfg.root < 0 || cfg.root >= p {
+			return nil, fmt.Errorf("--root %d out of range [0,%d)", cfg.root, p)
+		}
+		o := &broadcastBench[T]{cfg: cfg, c: c, data: make([]T, n), sz: sz}
+		if cfg.check {
+			o.ref = make([]T, n)
+			seeded(o.ref, cfg.seed, cfg.root)
+		}
+		return o, nil
+	case "barrier":
+		return &barrierBench{c: c}, nil
+	case "p2p":
+		o := &p2pBench[T]{cfg: cfg, c: c, data: make([]T, n), sz: sz, peer: -1}
+		switch {
+		case r%2 == 0 && r+1 < p:
+			o.peer, o.sender = r+1, true
+			seeded(o.data, cfg.seed, r)
+		case r%2 == 1:
+			o.peer = r - 1
+			if cfg.check {
+				o.ref = make([]T, n)
+				seeded(o.ref, cfg.seed, r-1)
+			}
+		}
+		return o, nil
+	}
+	return nil, fmt.Errorf("unknown op %q", cfg.op)
+}
+
+type allreduceBench[T sparcml.Float] struct {
+	cfg              *benchConfig
+	c                *sparcml.Comm
+	data, input, ref []T
+	sz               int64
+}
+
+func (o *allreduceBench[T]) prepare() {
+	if o.input != nil {
+		copy(o.data, o.input)
+	}
+}
+
+func (o *allreduceBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
+	req := sparcml.StartAllreduce(ctx, o.c, o.data, o.cfg.redop, sparcml.WithAlgo(o.cfg.algo))
+	err := req.Wait(ctx)
+	return req.Algo(), err
+}
+
+func (o *allreduceBench[T]) verify() bool { return equal(o.data, o.ref) }
+
+func (o *allreduceBench[T]) size() (int, int64, float64) {
+	p := float64(o.c.Size())
+	return len(o.data), int64(len(o.data)) * o.sz, 2 * (p - 1) / p
+}
+
+type reduceScatterBench[T sparcml.Float] struct {
+	cfg          *benchConfig
+	c            *sparcml.Comm
+	in, out, ref []T
+	sz           int64
+}
+
+func (o *reduceScatterBench[T]) prepare() {}
+
+func (o *reduceScatterBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
+	req := sparcml.StartReduceScatter(ctx, o.c, o.in, o.out, o.cfg.redop, sparcml.WithAlgo(o.cfg.algo))
+	err := req.Wait(ctx)
+	return req.Algo(), err
+}
+
+func (o *reduceScatterBench[T]) verify() bool { return equal(o.out, o.ref) }
+
+func (o *reduceScatterBench[T]) size() (int, int64, float64) {
+	p := float64(o.c.Size())
+	return len(o.in), int64(len(o.in)) * o.sz, (p - 1) / p
+}
+
+type allgatherBench[T sparcml.Float] struct {
+	cfg          *benchConfig
+	c            *sparcml.Comm
+	in, out, ref []T
+	sz           int64
+}
+
+func (o *allgatherBench[T]) prepare() { clear(o.out) }
+
+func (o *allgatherBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
+	req := sparcml.StartAllgather(ctx, o.c, o.in, o.out, sparcml.WithAlgo(o.cfg.algo))
+	err := req.Wait(ctx)
+	return req.Algo(), err
+}
+
+func (o *allgatherBench[T]) verify() bool { return equal(o.out, o.ref) }
+
+func (o *allgatherBench[T]) size() (int, int64, float64) {
+	p := float64(o.c.Size())
+	return len(o.out), int64(len(o.out)) * o.sz, (p - 1) / p
+}
+
+type broadcastBench[T sparcml.Float] struct {
+	cfg       *benchConfig
+	c         *sparcml.Comm
+	data, ref []T
+	sz        int64
+}
+
+func (o *broadcastBench[T]) prepare() {
+	if o.cfg.check {
+		// Non-roots start from their own data so a missing delivery shows.
+		seeded(o.data, o.cfg.seed, o.c.Rank())
+	}
+}
+
+func (o *broadcastBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
+	req := sparcml.StartBroadcast(ctx, o.c, o.data, o.cfg.root, sparcml.WithAlgo(o.cfg.algo))
+	err := req.Wait(ctx)
+	return req.Algo(), err
+}
+
+func (o *broadcastBench[T]) verify() bool { return equal(o.data, o.ref) }
+
+func (o *broadcastBench[T]) size() (int, int64, float64) {
+	return len(o.data), int64(len(o.data)) * o.sz, 1
+}
+
+type barrierBench struct{ c *sparcml.Comm }
+
+func (o *barrierBench) prepare() {}
+func (o *barrierBench) run(ctx context.Context) (sparcml.Algo, error) {
+	return collectives.AlgoDirect, o.c.Barrier(ctx)
+}
+func (o *barrierBench) verify() bool                { return true }
+func (o *barrierBench) size() (int, int64, float64) { return 0, 0, 0 }
+
+// p2pBench sends from each even rank to the next odd rank; the receiver
+// answers with an empty message, so the sender's time covers delivery.
+type p2pBench[T sparcml.Float] struct {
+	cfg       *benchConfig
+	c         *sparcml.Comm
+	data, ref []T
+	sz        int64
+	peer      int
+	sender    bool
+	ack       []T
+	pending   *sparcml.Request
+}
+
+// prepare posts this iteration's receive before the barrier, as a real
+// pipeline-parallel job posts its receives ahead, so the payload lands in
+// the buffer directly instead of waiting as an unexpected message.
+func (o *p2pBench[T]) prepare() {
+	if o.ref != nil {
+		clear(o.data)
+	}
+	if o.peer < 0 {
+		return
+	}
+	ctx := context.Background()
+	if o.sender {
+		o.pending = sparcml.StartRecv(ctx, o.c, o.ack, o.peer)
+	} else {
+		o.pending = sparcml.StartRecv(ctx, o.c, o.data, o.peer)
+	}
+}
+
+func (o *p2pBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
+	if o.peer < 0 {
+		return collectives.AlgoDirect, nil
+	}
+	if o.sender {
+		if err := sparcml.Send(ctx, o.c, o.data, o.peer); err != nil {
+			return 0, err
+		}
+		return collectives.AlgoDirect, o.pending.Wait(ctx)
+	}
+	if err := o.pending.Wait(ctx); err != nil {
+		return 0, err
+	}
+	return collectives.AlgoDirect, sparcml.Send(ctx, o.c, o.ack, o.peer)
+}
+
+func (o *p2pBench[T]) verify() bool {
+	if o.ref == nil {
+		return true
+	}
+	return equal(o.data, o.ref)
+}
+
+func (o *p2pBench[T]) size() (int, int64, float64) {
+	return len(o.data), int64(len(o.data)) * o.sz, 1
+}
+
+// rawPair is the baseline of --op p2p --baseline: a plain Go TCP socket
+// between the same two processes over loopback, same protocol (message,
+// then a one-byte acknowledgement).
+type rawPair struct {
+	conn   net.Conn
+	sender bool
+}
+
+// dialRawPair connects even rank r to r+1 with a plain socket; the port
+// travels over the communicator.
+func dialRawPair(ctx context.Context, c *sparcml.Comm) (*rawPair, error) {
+	r, p := c.Rank(), c.Size()
+	port := []float64{0}
+	switch {
+	case r%2 == 1:
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		port[0] = float64(ln.Addr().(*net.TCPAddr).Port)
+		if err := sparcml.Send(ctx, c, port, r-1); err != nil {
+			return nil, err
+		}
+		conn, err := ln.Accept()
+		if err != nil {
+			return nil, err
+		}
+		return &rawPair{conn: conn}, nil
+	case r+1 < p:
+		if err := sparcml.Recv(ctx, c, port, r+1); err != nil {
+			return nil, err
+		}
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", int(port[0])), 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		return &rawPair{conn: conn, sender: true}, nil
+	}
+	return nil, nil
+}
+
+func (rp *rawPair) transfer(buf []byte) error {
+	if rp == nil {
+		return nil
+	}
+	ack := []byte{0}
+	if rp.sender {
+		if _, err := rp.conn.Write(buf); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(rp.conn, ack)
+		return err
+	}
+	if _, err := io.ReadFull(rp.conn, buf); err != nil {
+		return err
+	}
+	_, err := rp.conn.Write(ack)
+	return err
+}
+
+func (rp *rawPair) close() {
+	if rp != nil {
+		rp.conn.Close()
+	}
+}
+
+func maxRSS() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Maxrss * 1024
+}
+
+func isTerminal(f interface{ Fd() uintptr }) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,244 @@
+// Package launch starts the ranks of a job on this host: the one-host
+// counterpart of mpirun or torchrun. It gives each process the SPARCML_*
+// environment, prefixes their output with the rank, forwards signals, and
+// when one rank fails stops the others and reports which rank failed.
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config describes a local job.
+type Config struct {
+	N       int      // number of ranks
+	Program string   // executable
+	Args    []string // its arguments
+	Env     []string // extra KEY=VALUE entries for every rank
+	Stdout  io.Writer
+	Stderr  io.Writer
+	// Prefix prefixes every output line with "[rank] ".
+	Prefix bool
+	// Grace is how long the other ranks get to exit after SIGTERM once
+	// one rank failed, before SIGKILL. Default 3s.
+	Grace time.Duration
+	// Timeout bounds the whole job (0: none).
+	Timeout time.Duration
+}
+
+// RankError says which rank failed and how.
+type RankError struct {
+	Rank int
+	Err  error
+	Code int // exit code to propagate
+}
+
+func (e *RankError) Error() string { return fmt.Sprintf("rank %d %v", e.Rank, e.Err) }
+func (e *RankError) Unwrap() error { return e.Err }
+
+// Run starts the job and waits for it. It returns nil when every rank
+// exits with status 0, else a *RankError for the first rank that failed.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.N < 1 {
+		return fmt.Errorf("launch: -n must be at least 1, got %d", cfg.N)
+	}
+	if cfg.Program == "" {
+		return errors.New("launch: no program to run")
+	}
+	path, err := exec.LookPath(cfg.Program)
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 3 * time.Second
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	env, err := jobEnv(cfg)
+	if err != nil {
+		return err
+	}
+	j := &job{cfg: cfg, exited: make(chan rankExit, cfg.N)}
+	var outMu sync.Mutex
+	for r := 0; r < cfg.N; r++ {
+		cmd := exec.Command(path, cfg.Args...)
+		cmd.Env = append(append([]string{}, env...),
+			"SPARCML_RANK="+strconv.Itoa(r), "SPARCML_LOCAL_RANK="+strconv.Itoa(r))
+		// Own process group: a terminal's Ctrl-C reaches the launcher
+		// only, which forwards it once to every rank's whole group.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Stdout = newPrefixWriter(cfg.Stdout, &outMu, r, cfg.Prefix)
+		cmd.Stderr = newPrefixWriter(cfg.Stderr, &outMu, r, cfg.Prefix)
+		if err := cmd.Start(); err != nil {
+			j.signalAll(syscall.SIGKILL)
+			return fmt.Errorf("launch: start rank %d: %w", r, err)
+		}
+		j.cmds = append(j.cmds, cmd)
+		go func(r int, cmd *exec.Cmd) {
+			err := cmd.Wait()
+			flushWriter(cmd.Stdout)
+			flushWriter(cmd.Stderr)
+			j.exited <- rankExit{r, err}
+		}(r, cmd)
+	}
+	return j.wait(ctx)
+}
+
+type rankExit struct {
+	rank int
+	err  error
+}
+
+type job struct {
+	cfg    Config
+	cmds   []*exec.Cmd
+	exited chan rankExit
+}
+
+// wait collects exits; on the first failure, a signal or the timeout it
+// stops the rest.
+func (j *job) wait(ctx context.Context) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var timeout <-chan time.Time
+	if j.cfg.Timeout > 0 {
+		t := time.NewTimer(j.cfg.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var first *RankError
+	var kill <-chan time.Time
+	stopping := false
+	stop := func() {
+		if !stopping {
+			stopping = true
+			j.signalAll(syscall.SIGTERM)
+			kill = time.After(j.cfg.Grace)
+		}
+	}
+	for left := len(j.cmds); left > 0; {
+		select {
+		case e := <-j.exited:
+			left--
+			if e.err != nil && first == nil && !stopping {
+				first = &RankError{Rank: e.rank, Err: describeExit(e.err), Code: exitCode(e.err)}
+				fmt.Fprintf(j.cfg.Stderr, "sparcml run: rank %d %v; stopping the other ranks\n", e.rank, first.Err)
+				stop()
+			}
+		case s := <-sigs:
+			fmt.Fprintf(j.cfg.Stderr, "sparcml run: got %v, forwarding to all ranks\n", s)
+			j.signalAll(s.(syscall.Signal))
+			if first == nil {
+				first = &RankError{Rank: -1, Err: fmt.Errorf("interrupted by %v", s), Code: 128 + int(s.(syscall.Signal))}
+			}
+			if !stopping {
+				stopping = true
+				kill = time.After(j.cfg.Grace)
+			}
+		case <-timeout:
+			fmt.Fprintf(j.cfg.Stderr, "sparcml run: job timed out after %v; stopping all ranks\n", j.cfg.Timeout)
+			if first == nil {
+				first = &RankError{Rank: -1, Err: fmt.Errorf("timed out after %v", j.cfg.Timeout), Code: 124}
+			}
+			stop()
+		case <-ctx.Done():
+			if first == nil {
+				first = &RankError{Rank: -1, Err: ctx.Err(), Code: 1}
+			}
+			stop()
+		case <-kill:
+			j.signalAll(syscall.SIGKILL)
+			kill = nil
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return nil
+}
+
+func (j *job) signalAll(sig syscall.Signal) {
+	for _, c := range j.cmds {
+		if c.Process != nil && c.ProcessState == nil {
+			// Negative pid: the rank's whole process group.
+			_ = syscall.Kill(-c.Process.Pid, sig)
+		}
+	}
+}
+
+func describeExit(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Errorf("was killed by %v", ws.Signal())
+		}
+		return fmt.Errorf("exited with status %d", ee.ExitCode())
+	}
+	return err
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		if c := ee.ExitCode(); c > 0 {
+			return c
+		}
+	}
+	return 1
+}
+
+// jobEnv is the environment shared by every rank.
+func jobEnv(cfg Config) ([]string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("launch: pick a rendezvous port: %w", err)
+	}
+	token := os.Getenv("SPARCML_TOKEN")
+	if token == "" {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		token = hex.EncodeToString(b)
+	}
+	env := os.Environ()
+	env = append(env,
+		"SPARCML_SIZE="+strconv.Itoa(cfg.N),
+		"SPARCML_LOCAL_SIZE="+strconv.Itoa(cfg.N),
+		"SPARCML_ADDR=127.0.0.1:"+strconv.Itoa(port),
+		"SPARCML_TOKEN="+token,
+	)
+	return append(env, cfg.Env...), nil
+}
+
+// freePort asks the kernel for an unused loopback port. Another process
+// could take it before rank 0 binds it; rank 0 then fails with a clear
+// "address in use" error.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

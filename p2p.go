@@ -1,0 +1,98 @@
+package sparcml
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// Point-to-point messages live in their own tag space (the top bit of the
+// communicator id) and are numbered per peer, so they never take part in
+// the lockstep numbering of collectives: ranks not involved need not call
+// anything. Messages between two ranks match in the order they were
+// started, as in MPI.
+const p2pCommBit = 1 << 31
+
+// Send sends data to peer, which must call Recv with the same length.
+func Send[T Float](ctx context.Context, c *Comm, data []T, peer int) error {
+	return StartSend(ctx, c, data, peer).Wait(context.Background())
+}
+
+// StartSend starts Send and returns at once; data must not change until
+// the request completes.
+func StartSend[T Float](ctx context.Context, c *Comm, data []T, peer int) *Request {
+	return c.startP2P(ctx, "send", peer, true, func(op *collectives.Op) error {
+		op.Desc = p2pDesc[T](len(data))
+		return op.Wait(op.Send(peer, 0, collectives.AsBytes(data)))
+	})
+}
+
+// Recv receives into buf the message peer sent with Send; the lengths must
+// match.
+func Recv[T Float](ctx context.Context, c *Comm, buf []T, peer int) error {
+	return StartRecv(ctx, c, buf, peer).Wait(context.Background())
+}
+
+// StartRecv starts Recv and returns at once.
+func StartRecv[T Float](ctx context.Context, c *Comm, buf []T, peer int) *Request {
+	return c.startP2P(ctx, "recv", peer, false, func(op *collectives.Op) error {
+		op.Desc = p2pDesc[T](len(buf))
+		dst := collectives.AsBytes(buf)
+		data, err := op.WaitData(op.Recv(peer, 0, dst))
+		if err != nil {
+			return err
+		}
+		if len(data) != len(dst) {
+			return op.Fail(fmt.Errorf("%w: received %d bytes, expected %d", ErrInvalid, len(data), len(dst)))
+		}
+		if len(data) > 0 && &data[0] != &dst[0] {
+			copy(dst, data)
+		}
+		return nil
+	})
+}
+
+func p2pDesc[T Float](n int) transport.Desc {
+	return transport.Desc{Kind: transport.OpP2P, DType: uint8(collectives.DTypeOf[T]()), Count: uint64(n)}
+}
+
+func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool, fn func(op *collectives.Op) error) *Request {
+	r := &Request{kind: kind, done: make(chan struct{})}
+	if err := c.usable(kind); err != nil {
+		r.err = err
+		close(r.done)
+		return r
+	}
+	if peer < 0 || peer >= c.Size() || peer == c.Rank() {
+		r.err = &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
+		close(r.done)
+		return r
+	}
+	c.p2pMu.Lock()
+	if c.p2pSeq == nil {
+		c.p2pSeq = make(map[p2pKey]uint64)
+	}
+	k := p2pKey{peer, send}
+	c.p2pSeq[k]++
+	seq := c.p2pSeq[k]
+	c.p2pMu.Unlock()
+	if _, has := ctx.Deadline(); !has && c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		go func() { <-r.done; cancel() }()
+	}
+	r.seq = seq
+	op := &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}
+	go func() {
+		r.err = fn(op)
+		close(r.done)
+	}()
+	return r
+}
+
+type p2pKey struct {
+	peer int
+	send bool
+}

@@ -1,0 +1,129 @@
+package sparcml
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// Request is a collective started with one of the Start functions. It
+// completes on its own (progress does not depend on Wait being called);
+// Wait, Test and Done observe it.
+type Request struct {
+	seq  uint64
+	kind string
+	done chan struct{}
+	err  error
+	algo Algo
+
+	sparse *SparseStats
+}
+
+// Wait blocks until the operation completes or ctx ends, and returns the
+// operation's error. A ctx ending here stops the waiting, not the
+// operation: to cancel the operation on every rank, cancel the context it
+// was started with.
+func (r *Request) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("sparcml: waiting for %s seq %d: %w", r.kind, r.seq, ctx.Err())
+	}
+}
+
+// Test reports whether the operation has completed, and its error if so.
+func (r *Request) Test() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+// Done is closed when the operation completes.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
+// Seq is the operation's sequence number on its communicator.
+func (r *Request) Seq() uint64 { return r.seq }
+
+// Algo is the algorithm the operation ran (valid once complete).
+func (r *Request) Algo() Algo {
+	<-r.done
+	return r.algo
+}
+
+// SparseStats returns the statistics of a sparse allreduce once it has
+// completed (nil for other operations).
+func (r *Request) SparseStats() *SparseStats {
+	<-r.done
+	return r.sparse
+}
+
+// CallOption adjusts one collective call.
+type CallOption func(*callConfig)
+
+type callConfig struct {
+	algo     Algo
+	balanced bool
+	denseOut bool
+}
+
+// WithAlgo forces an algorithm instead of the cost model's choice. Every
+// rank must force the same one.
+func WithAlgo(a Algo) CallOption { return func(c *callConfig) { c.algo = a } }
+
+// opFunc runs one collective over op and returns the algorithm used.
+type opFunc func(op *collectives.Op, cc callConfig) (Algo, error)
+
+func (c *Comm) callConfig(opts []CallOption) callConfig {
+	var cc callConfig
+	for _, o := range opts {
+		o(&cc)
+	}
+	return cc
+}
+
+// run executes a collective in the caller's goroutine.
+func (c *Comm) run(ctx context.Context, kind string, fn opFunc, opts []CallOption) error {
+	if err := c.usable(kind); err != nil {
+		return err
+	}
+	op, cancel := c.nextOp(ctx)
+	defer cancel()
+	_, err := fn(op, c.callConfig(opts))
+	return err
+}
+
+// start executes a collective in its own goroutine. The sequence number is
+// taken here, synchronously, so start order defines matching order.
+func (c *Comm) start(ctx context.Context, kind string, fn opFunc, opts []CallOption) *Request {
+	r := &Request{kind: kind, done: make(chan struct{})}
+	if err := c.usable(kind); err != nil {
+		r.err = err
+		close(r.done)
+		return r
+	}
+	op, cancel := c.nextOp(ctx)
+	r.seq = op.Seq
+	cc := c.callConfig(opts)
+	go func() {
+		defer cancel()
+		r.algo, r.err = fn(op, cc)
+		close(r.done)
+	}()
+	return r
+}
+
+func (c *Comm) usable(kind string) error {
+	if c == nil {
+		return fmt.Errorf("sparcml: %s: %w: nil communicator", kind, ErrInvalid)
+	}
+	if c.closed.Load() {
+		return fmt.Errorf("sparcml: rank %d: %s: %w", c.Rank(), kind, transport.ErrClosed)
+	}
+	return nil
+}
