@@ -47,6 +47,14 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	c := newComm(t, env.Timeout, logf)
 	c.store = store
+	if err := c.calibrate(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("sparcml: rank %d: %w", env.Rank, err)
+	}
+	if env.Rank == 0 {
+		m := c.model
+		logf("cost model: alpha %.1f us, beta %.2f GB/s, gamma %.2f GB/s", m.Alpha*1e6, 1e-9/m.Beta, 1e-9/m.Gamma)
+	}
 	return c, nil
 }
 

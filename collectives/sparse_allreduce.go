@@ -86,8 +86,8 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	if err := in.Validate(); err != nil {
 		return st, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.Rank(), err))
 	}
-	if !isSparseAlgo(opts.Algo) && opts.Algo != AlgoAuto {
-		return st, sparseFailInvalid(op, "%v is not a sparse allreduce algorithm", opts.Algo)
+	if !isSparseAlgo(opts.Algo) && opts.Algo != AlgoAuto && !isAllreduceAlgo(opts.Algo) {
+		return st, sparseFailInvalid(op, "%v is not a sparse or dense allreduce algorithm", opts.Algo)
 	}
 	if opts.Model == (CostModel{}) {
 		opts.Model = DefaultCostModel
@@ -109,16 +109,24 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 		}
 		st.Agreed, st.TotalNNZIn = true, ag.total()
 		if algo == AlgoAuto {
-			algo = opts.Model.ChooseSparse(c.p, in.Dim, sparse.ValueSize[T](), ag.nnz)
+			algo = opts.Model.ChooseSparseOrDense(c.p, in.Dim, sparse.ValueSize[T](), ag.nnz)
 		}
-		pred := opts.Model.PredictSparse(algo, c.p, in.Dim, sparse.ValueSize[T](), ag.nnz)
-		st.PredictedBytes = pred.BytesSent[c.rank] + ag.bytesSent[c.rank]
-		st.PredictedSeconds = pred.Seconds + ag.seconds
+		if isAllreduceAlgo(algo) {
+			secs, bytes := opts.Model.PredictAllreduce(algo, in.Dim*sparse.ValueSize[T](), c.p)
+			st.PredictedBytes = bytes + ag.bytesSent[c.rank]
+			st.PredictedSeconds = secs + ag.seconds
+		} else {
+			pred := opts.Model.PredictSparse(algo, c.p, in.Dim, sparse.ValueSize[T](), ag.nnz)
+			st.PredictedBytes = pred.BytesSent[c.rank] + ag.bytesSent[c.rank]
+			st.PredictedSeconds = pred.Seconds + ag.seconds
+		}
 	}
 	st.Algo = algo
 	op.Desc.Algo = uint8(algo)
 	var err error
 	switch algo {
+	case AlgoRing, AlgoRabenseifner, AlgoRecursiveDoubling:
+		err = denseSparseAllreduce(op, in, out, algo, opts.Model)
 	case AlgoSSARRecursiveDoubling:
 		err = ssarRecursiveDoubling(c, out, opts.DenseOut)
 	case AlgoSSARSplitAllgather, AlgoDSAR:
@@ -142,6 +150,18 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	c.sc.release()
 	st.NNZOut = out.NNZ()
 	return st, nil
+}
+
+// denseSparseAllreduce is the dense end of the sparse-to-dense switch: the
+// input is densified into out and summed with a dense allreduce. The
+// model picks it when the inputs are dense enough that no sparse schedule
+// beats moving the whole vector.
+func denseSparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], algo Algo, model CostModel) error {
+	values := in.ToDense(out.Values[:0])
+	out.Dim, out.Dense, out.Values = in.Dim, true, values
+	out.Indices = out.Indices[:0]
+	_, err := Allreduce(op, out.Values, Sum, algo, model)
+	return err
 }
 
 // sparseAlgos are the sparse allreduce algorithms, in the order that breaks

@@ -165,9 +165,19 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 		for r, v := range inputs {
 			nnz[r] = v.NNZ()
 		}
-		pred := c.CostModel().PredictSparse(stats.Algo, p, n, sparse.ValueSize[T](), nnz)
-		for _, b := range pred.BytesSent {
-			row.PredictedBytes = max(row.PredictedBytes, b)
+		// The model's prediction from the nonzero counts alone (what
+		// AlgoAuto sees), the largest over ranks like the measurement.
+		vs := sparse.ValueSize[T]()
+		if dense := stats.Algo == collectives.AlgoRing || stats.Algo == collectives.AlgoRabenseifner ||
+			stats.Algo == collectives.AlgoRecursiveDoubling; dense {
+			for r := 0; r < p; r++ {
+				row.PredictedBytes = max(row.PredictedBytes, collectives.AllreduceBytesSent(stats.Algo, n, vs, p, r))
+			}
+		} else {
+			pred := c.CostModel().PredictSparse(stats.Algo, p, n, vs, nnz)
+			for _, b := range pred.BytesSent {
+				row.PredictedBytes = max(row.PredictedBytes, b)
+			}
 		}
 	}
 	rows := []result{row}
