@@ -2,6 +2,7 @@ package sparcml
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/sparcml/sparcml/collectives"
 )
@@ -20,7 +21,17 @@ func StartAllreduce[T Float](ctx context.Context, c *Comm, data []T, red ReduceO
 
 func allreduceFn[T Float](c *Comm, data []T, red ReduceOp) opFunc {
 	return func(op *collectives.Op, cc callConfig) (Algo, error) {
-		return collectives.Allreduce(op, data, red, cc.algo, c.model)
+		if cc.quant == QuantNone {
+			return collectives.Allreduce(op, data, red, cc.algo, c.model)
+		}
+		if red != Sum {
+			return AlgoQuantizedSplit, op.Fail(fmt.Errorf("%w: low-precision allreduce supports sum only, not %v", ErrInvalid, red))
+		}
+		codec, err := codecFor(cc, op.Rank(), op.Seq)
+		if err != nil {
+			return AlgoQuantizedSplit, op.Fail(fmt.Errorf("%w: %w", ErrInvalid, err))
+		}
+		return AlgoQuantizedSplit, collectives.QuantizedAllreduce(op, data, codec)
 	}
 }
 

@@ -2,6 +2,7 @@ package sparcml
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -152,7 +153,7 @@ func agreeTransport(ctx context.Context, env bootstrap.Env, store bootstrap.Stor
 				}
 				if string(v) != "yes" {
 					if want == "rdma" {
-						chosen = fmt.Sprintf("error: rank %d cannot use RDMA (%s)", r, v)
+						chosen = fmt.Sprintf("error: %s (on rank %d)", strings.TrimPrefix(string(v), "no: "), r)
 					} else {
 						chosen = "tcp"
 					}
@@ -169,7 +170,7 @@ func agreeTransport(ctx context.Context, env bootstrap.Env, store bootstrap.Stor
 		return "", err
 	}
 	if s := string(v); strings.HasPrefix(s, "error: ") {
-		return "", fmt.Errorf("RDMA not available: %s", strings.TrimPrefix(s, "error: "))
+		return "", errors.New(strings.TrimPrefix(s, "error: "))
 	}
 	return string(v), nil
 }

@@ -67,9 +67,11 @@ func (r *Request) SparseStats() *SparseStats {
 type CallOption func(*callConfig)
 
 type callConfig struct {
-	algo     Algo
-	balanced bool
-	denseOut bool
+	algo        Algo
+	balanced    bool
+	denseOut    bool
+	quant       Quant
+	quantBucket int
 }
 
 // WithAlgo forces an algorithm instead of the cost model's choice. Every

@@ -92,6 +92,9 @@ const (
 	AlgoDSAR
 	AlgoSparseAllgather
 	AlgoDirect // simple direct or tree schemes (broadcast, barrier, allgatherv)
+	// AlgoQuantizedSplit is QuantizedAllreduce's direct-send reduce-scatter
+	// plus allgather of encoded blocks.
+	AlgoQuantizedSplit
 	algoCount
 )
 
@@ -105,6 +108,7 @@ var algoNames = [...]string{
 	AlgoDSAR:                  "dsar",
 	AlgoSparseAllgather:       "allgather",
 	AlgoDirect:                "direct",
+	AlgoQuantizedSplit:        "quantized-split",
 }
 
 func (a Algo) String() string {

@@ -14,6 +14,7 @@ import (
 	"github.com/sparcml/sparcml"
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/internal/launch"
+	"github.com/sparcml/sparcml/quant"
 )
 
 // benchConfig is the parsed command line of `sparcml bench`.
@@ -38,6 +39,7 @@ type benchConfig struct {
 	dist      string
 	vsDense   bool
 	balanced  bool
+	quant     sparcml.Quant
 	inflight  int
 	compute   string // "auto" or microseconds
 	spin      bool
@@ -67,6 +69,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.StringVar(&cfg.dist, "dist", "uniform", "sparse ops: index distribution uniform|powerlaw")
 	fs.BoolVar(&cfg.vsDense, "vs-dense", false, "sparse-allreduce: also time the dense allreduce of the same n and report the speedup")
 	fs.BoolVar(&cfg.balanced, "balanced", false, "sparse-allreduce: index ranges balanced by where the nonzeros are")
+	quantName := fs.String("quant", "none", "value encoding of allreduce and sparse-allreduce: none|fp16|bf16|q8|q4|q2")
 	fs.IntVar(&cfg.inflight, "inflight", 0, "overlap mode: keep K operations in flight while each rank computes, and report compute alone, communication alone and both")
 	fs.StringVar(&cfg.compute, "compute", "auto", "with --inflight: compute time per iteration in microseconds, or auto (= the communication time)")
 	computeMode := fs.String("compute-mode", "spin", "with --inflight: spin (a CPU busy loop) or sleep (compute on an accelerator, CPU idle)")
@@ -120,6 +123,12 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	}
 	if cfg.dist != "uniform" && cfg.dist != "powerlaw" {
 		return nil, usagef("unknown --dist %q (want uniform|powerlaw)", cfg.dist)
+	}
+	if cfg.quant, err = quant.ParseKind(*quantName); err != nil {
+		return nil, usagef("--quant: %v", err)
+	}
+	if cfg.quant != sparcml.QuantNone && cfg.op != "allreduce" && cfg.op != "sparse-allreduce" {
+		return nil, usagef("--quant works with --op allreduce or sparse-allreduce")
 	}
 	switch *computeMode {
 	case "spin":

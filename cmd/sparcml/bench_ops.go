@@ -186,12 +186,50 @@ func (o *allreduceBench[T]) prepare() {
 }
 
 func (o *allreduceBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
-	req := sparcml.StartAllreduce(ctx, o.c, o.data, o.cfg.redop, sparcml.WithAlgo(o.cfg.algo))
+	req := sparcml.StartAllreduce(ctx, o.c, o.data, o.cfg.redop, sparcml.WithAlgo(o.cfg.algo), sparcml.WithQuant(o.cfg.quant))
 	err := req.Wait(ctx)
 	return req.Algo(), err
 }
 
-func (o *allreduceBench[T]) verify() bool { return equal(o.data, o.ref) }
+func (o *allreduceBench[T]) verify() bool {
+	if o.cfg.quant == sparcml.QuantNone {
+		return equal(o.data, o.ref)
+	}
+	return within(o.data, o.ref, quantTolerance(o.cfg.quant, o.c.Size()))
+}
+
+// quantTolerance bounds the error of a low-precision sum of the bench's
+// inputs (integers in [-4, 4] on p ranks). fp16 and bf16 hold such small
+// integers exactly. A stochastic rounding moves a value by at most one
+// step, scale/s with s = 2^(b-1)-1 levels and scale at most the bucket's
+// largest magnitude: 4 for each of the p contributions and 4p for the
+// quantized result, so |error| <= (4p + 4p)/s.
+func quantTolerance(k sparcml.Quant, p int) float64 {
+	var s float64
+	switch k {
+	case sparcml.QuantQ8:
+		s = 127
+	case sparcml.QuantQ4:
+		s = 7
+	case sparcml.QuantQ2:
+		s = 1
+	default:
+		return 0
+	}
+	return 8 * float64(p) / s * (1 + 1e-6)
+}
+
+func within[T sparcml.Float](got, want []T, tol float64) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if d := float64(got[i]) - float64(want[i]); d > tol || d < -tol || d != d {
+			return false
+		}
+	}
+	return true
+}
 
 func (o *allreduceBench[T]) size() (int, int64, float64) {
 	p := float64(o.c.Size())

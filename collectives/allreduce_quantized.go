@@ -1,0 +1,437 @@
+package collectives
+
+import (
+	"fmt"
+
+	"github.com/sparcml/sparcml/quant"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// QuantizedAllreduce sums data across ranks, sending values in the codec's
+// low-precision format. On return every rank holds the same, bit-identical
+// result. The reduction is always Sum: Min and Max of quantized values are
+// not meaningful estimates of the exact ones.
+//
+// The vector is cut into P balanced blocks, block j owned by rank j:
+//
+//  1. Reduce-scatter by direct sends: each rank encodes every block j != r
+//     once and sends it to its owner, which decodes and adds the P-1
+//     encodings into its own exact block, in T's precision (float32 or
+//     float64).
+//  2. Allgather: each owner encodes its reduced block once and sends the
+//     same bytes to every rank; everyone, the owner included, replaces the
+//     block by the decoding of those bytes.
+//
+// Every contribution is thus quantized once and the sum once more: two
+// quantizations per element whatever P is, instead of one per hop as a
+// ring that re-encodes partial sums would do (see docs/QUANTIZATION.md).
+// Each rank sends about 2(P-1)/P n values, as a ring allreduce does, at the
+// codec's bits per value (QuantizedAllreduceBytesSent is exact). Blocks
+// travel as messages of at most 512 KiB of input, each encoded on its own.
+//
+// Every rank must pass a codec of the same kind and, for the stochastic
+// kinds, the same bucket size; the descriptor carries both (Desc.Root =
+// 10*bucketSize + kind, bucketSize 0 for none, fp16 and bf16), so ranks
+// using different codecs fail with a mismatch. Give each rank a different
+// Options.Seed so the ranks' rounding noise averages out. The codec is used
+// from the calling goroutine only (stochastic codecs are not safe for
+// concurrent use), so it must not be shared with a concurrent operation.
+//
+// A float64 vector is rounded to float32 when encoded (the codecs work in
+// float32) but accumulated in float64. With one rank, data is returned
+// unchanged (nothing is sent, so nothing is quantized); an empty vector
+// still meets every rank's descriptor. fp16 overflows to Inf where an
+// input value or the final sum reaches 65520 in magnitude (partial sums
+// stay in T); stochastic codecs turn
+// a bucket holding NaN or Inf into NaN (or fail the operation on every
+// rank with quant.NonFiniteReject).
+func QuantizedAllreduce[T Float](op *Op, data []T, codec quant.Codec) error {
+	return quantizedAllreduce(op, data, codec, segmentElems[T]())
+}
+
+// quantizedAllreduce is QuantizedAllreduce with blocks cut into messages of
+// at most seg elements (tests use tiny segments).
+func quantizedAllreduce[T Float](op *Op, data []T, codec quant.Codec, seg int) error {
+	if err := checkOp(op); err != nil {
+		return err
+	}
+	setDesc[T](op, transport.OpAllreduce, Sum, AlgoQuantizedSplit, int(codecDescriptor(codec)), len(data))
+	switch {
+	case codec == nil:
+		return failInvalid(op, "quantized allreduce: nil codec")
+	case !codec.Kind().Valid():
+		return failInvalid(op, "quantized allreduce: invalid codec kind %v", codec.Kind())
+	case op.Size() == 1:
+		return nil
+	case len(data) == 0:
+		return dissemination(op)
+	}
+	q := &quantRun[T]{op: op, data: data, codec: codec, blocks: balanced(len(data), op.Size()), seg: seg}
+	return q.run()
+}
+
+// QuantizedAllreduceBytesSent returns exactly how many payload bytes rank
+// sends in QuantizedAllreduce of n elements of elemSize bytes (4 or 8) over
+// p ranks with codec: the encodings of every other rank's block, plus P-1
+// copies of the encoding of its own.
+func QuantizedAllreduceBytesSent(n, elemSize, p, rank int, codec quant.Codec) int64 {
+	if elemSize <= 0 {
+		return 0
+	}
+	return quantizedBytesSent(n, segmentBytes/elemSize, p, rank, codec)
+}
+
+// quantizedBytesSent is QuantizedAllreduceBytesSent for segments of seg
+// elements.
+func quantizedBytesSent(n, seg, p, rank int, codec quant.Codec) int64 {
+	if p <= 1 || n <= 0 || rank < 0 || rank >= p || codec == nil || !codec.Kind().Valid() {
+		return 0
+	}
+	blocks := balanced(n, p)
+	var bytes int64
+	for j := range p {
+		lo, hi := blocks.block(j)
+		size := int64(encodedBlockSize(codec, hi-lo, seg))
+		if j == rank {
+			size *= int64(p - 1)
+		}
+		bytes += size
+	}
+	return bytes
+}
+
+// codecDescriptor identifies a codec's wire format for Desc.Root: 10 times
+// the bucket size (0 for codecs without buckets) plus the kind, so that
+// ranks using different codecs, or the same stochastic kind with different
+// buckets (whose streams can have equal sizes but different layouts), fail
+// with a mismatch instead of decoding each other's bytes wrongly. Decimal
+// keeps it readable in error messages: 10244 is q4 in buckets of 1024.
+// -1 stands for a nil codec.
+func codecDescriptor(c quant.Codec) int32 {
+	if c == nil {
+		return -1
+	}
+	return int32(10*bucketSize(c) + int(c.Kind())) // quant has fewer than 10 kinds
+}
+
+// bucketSize finds the bucket size of a stochastic codec from its stream
+// sizes (the Codec interface does not expose it): a bucket of m values takes
+// 4 + ceil(m*b/8) bytes, and any n beyond the bucket size takes at least one
+// more scale. Binary search over [1, quant.MaxBucketSize]. 0 for the other
+// kinds.
+func bucketSize(c quant.Codec) int {
+	k := c.Kind()
+	if !k.Stochastic() {
+		return 0
+	}
+	oneBucket := func(n int) bool { return c.EncodedSize(n) == 4+(n*k.Bits()+7)/8 }
+	lo, hi := 1, quant.MaxBucketSize // oneBucket(lo) holds; find the largest
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if oneBucket(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// quantSegments returns how a block of n elements is cut into messages:
+// count segments of size elements, the last one shorter. Like the dense
+// transfers, an empty block still takes one (empty) message, and blocks of
+// more than stepsPerRound segments get longer segments.
+func quantSegments(n, seg int) (count, size int) {
+	return segmentsFor(n, seg, stepsPerRound), max(seg, ceilDiv(n, stepsPerRound))
+}
+
+// encodedBlockSize is the number of bytes of a block of n elements encoded
+// segment by segment.
+func encodedBlockSize(c quant.Codec, n, seg int) int {
+	_, size := quantSegments(n, seg)
+	return n/size*c.EncodedSize(size) + c.EncodedSize(n%size)
+}
+
+// quantRun is one QuantizedAllreduce on at least two ranks and a non-empty
+// vector.
+type quantRun[T Float] struct {
+	op     *Op
+	data   []T
+	codec  quant.Codec
+	blocks layout
+	seg    int
+
+	// Receive buffers from the pool: the peers' encodings of this rank's
+	// block (reduce-scatter) and the owners' encodings of theirs
+	// (allgather). Each holds one message per (peer, segment).
+	rsBuf, agBuf   []byte
+	rsRecv, agRecv [][]*transport.Request // [peer][segment]
+}
+
+// quantAllgatherStep is the first step of the allgather: segment k of the
+// reduce-scatter message from one rank to another uses step k, segment k
+// of the allgather one quantAllgatherStep+k (roundStep(1)), so every
+// (sender, receiver, step) is unique.
+const quantAllgatherStep = stepsPerRound
+
+func (q *quantRun[T]) run() error {
+	q.postReceives()
+	window := newSendWindow(q.op, q.codec.EncodedSize(q.segmentSize()))
+	if err := q.scatter(window); err != nil {
+		return err
+	}
+	if err := q.reduce(); err != nil {
+		return err
+	}
+	ownEnc := q.op.Pool.Get(encodedBlockSize(q.codec, q.blockLen(q.op.Rank()), q.seg))
+	sends, err := q.broadcastOwn(ownEnc)
+	if err != nil {
+		return err
+	}
+	if err := q.gather(); err != nil {
+		return err
+	}
+	if err := window.drain(); err != nil {
+		return err
+	}
+	if err := q.op.Wait(sends...); err != nil {
+		return err
+	}
+	// Only now are all buffers free: a failed receive may still be landing
+	// in one, so the error paths above drop them instead.
+	window.release()
+	q.op.Pool.Put(ownEnc)
+	q.op.Pool.Put(q.rsBuf)
+	q.op.Pool.Put(q.agBuf)
+	return nil
+}
+
+func (q *quantRun[T]) block(j int) []T {
+	lo, hi := q.blocks.block(j)
+	return q.data[lo:hi:hi]
+}
+
+func (q *quantRun[T]) blockLen(j int) int {
+	lo, hi := q.blocks.block(j)
+	return hi - lo
+}
+
+// segmentSize is the largest segment of any block.
+func (q *quantRun[T]) segmentSize() int {
+	_, size := quantSegments(q.blocks.largest(), q.seg)
+	return min(size, q.blocks.largest())
+}
+
+// segment returns segment k of s, cut by quantSegments.
+func (q *quantRun[T]) segment(s []T, k int) []T {
+	_, size := quantSegments(len(s), q.seg)
+	lo := min(k*size, len(s))
+	hi := min(lo+size, len(s))
+	return s[lo:hi:hi]
+}
+
+// peer returns the rank d places after this one (d may be negative).
+func (q *quantRun[T]) peer(d int) int { return mod(q.op.Rank()+d, q.op.Size()) }
+
+// postReceives posts every receive of the operation at once, so that
+// payloads land in place whenever they arrive and no send waits on this
+// rank's progress. The messages of peer r-d are posted at index d-1, the
+// order in which they are processed.
+func (q *quantRun[T]) postReceives() {
+	p, r := q.op.Size(), q.op.Rank()
+	mine := q.blockLen(r)
+	nseg, _ := quantSegments(mine, q.seg)
+	mineEnc := encodedBlockSize(q.codec, mine, q.seg)
+	agTotal := 0
+	for d := 1; d < p; d++ {
+		agTotal += encodedBlockSize(q.codec, q.blockLen(q.peer(-d)), q.seg)
+	}
+	q.rsBuf = q.op.Pool.Get((p - 1) * mineEnc)
+	q.agBuf = q.op.Pool.Get(agTotal)
+	q.rsRecv = make([][]*transport.Request, p-1)
+	q.agRecv = make([][]*transport.Request, p-1)
+	rsOff, agOff := 0, 0
+	for d := 1; d < p; d++ {
+		from := q.peer(-d)
+		q.rsRecv[d-1] = q.postBlock(from, 0, q.rsBuf, &rsOff, mine, nseg)
+		n := q.blockLen(from)
+		count, _ := quantSegments(n, q.seg)
+		q.agRecv[d-1] = q.postBlock(from, quantAllgatherStep, q.agBuf, &agOff, n, count)
+	}
+}
+
+// postBlock posts the receives of the count segments of an n-element block
+// from peer, at buf[*off:], advancing *off.
+func (q *quantRun[T]) postBlock(from int, step uint32, buf []byte, off *int, n, count int) []*transport.Request {
+	_, size := quantSegments(n, q.seg)
+	reqs := make([]*transport.Request, count)
+	for k := range count {
+		m := min(size, n-k*size)
+		enc := q.codec.EncodedSize(m)
+		reqs[k] = q.op.Recv(from, step+uint32(k), buf[*off:*off+enc:*off+enc])
+		*off += enc
+	}
+	return reqs
+}
+
+// scatter encodes every other rank's block and sends it to its owner,
+// starting with the next rank so that at each moment the ranks send to
+// different owners.
+func (q *quantRun[T]) scatter(w *sendWindow) error {
+	for d := 1; d < q.op.Size(); d++ {
+		to := q.peer(d)
+		blk := q.block(to)
+		count, _ := quantSegments(len(blk), q.seg)
+		for k := range count {
+			buf, err := w.acquire()
+			if err != nil {
+				return err
+			}
+			enc, err := encodeTo(q.codec, buf, q.segment(blk, k))
+			if err != nil {
+				return q.op.Fail(fmt.Errorf("encoding block %d for its owner: %w", to, err))
+			}
+			w.push(q.op.Send(to, uint32(k), enc))
+		}
+	}
+	return nil
+}
+
+// reduce adds the peers' encodings of this rank's block into it, in a
+// fixed order (ranks r-1, r-2, ...) so that results are reproducible.
+func (q *quantRun[T]) reduce() error {
+	mine := q.block(q.op.Rank())
+	for d := 1; d < q.op.Size(); d++ {
+		for k, req := range q.rsRecv[d-1] {
+			if err := q.arrive(req, q.segment(mine, k), true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// broadcastOwn encodes this rank's reduced block into enc, once, replaces
+// the block by the decoding of those bytes (so the owner holds exactly what
+// everyone else will) and sends the same bytes to every peer. It returns
+// the pending sends, which reference enc.
+func (q *quantRun[T]) broadcastOwn(enc []byte) ([]*transport.Request, error) {
+	p := q.op.Size()
+	mine := q.block(q.op.Rank())
+	count, _ := quantSegments(len(mine), q.seg)
+	sends := make([]*transport.Request, 0, count*(p-1))
+	off := 0
+	for k := range count {
+		seg := q.segment(mine, k)
+		out, err := encodeTo(q.codec, enc[off:], seg)
+		if err != nil {
+			return nil, q.op.Fail(fmt.Errorf("encoding the reduced block %d: %w", q.op.Rank(), err))
+		}
+		off += len(out)
+		// Decoding our own fresh encoding cannot fail short of a codec bug,
+		// which must still not leave the replicas silently different.
+		if err := decodeInto(q.codec, seg, out, false); err != nil {
+			return nil, q.op.Fail(fmt.Errorf("decoding own block %d: %w", q.op.Rank(), err))
+		}
+		for d := 1; d < p; d++ {
+			sends = append(sends, q.op.Send(q.peer(d), quantAllgatherStep+uint32(k), out))
+		}
+	}
+	return sends, nil
+}
+
+// gather decodes every owner's reduced block into place.
+func (q *quantRun[T]) gather() error {
+	for d := 1; d < q.op.Size(); d++ {
+		blk := q.block(q.peer(-d))
+		for k, req := range q.agRecv[d-1] {
+			if err := q.arrive(req, q.segment(blk, k), false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// arrive waits for one encoded segment and decodes it into dst, adding
+// when add is set. A payload of the wrong size or that the codec rejects
+// fails the operation on every rank: the sender's arguments differ from
+// ours in a way the descriptor does not show, or its bytes are corrupt.
+func (q *quantRun[T]) arrive(req *transport.Request, dst []T, add bool) error {
+	payload, err := q.op.WaitData(req)
+	if err != nil {
+		return err
+	}
+	if want := q.codec.EncodedSize(len(dst)); len(payload) != want {
+		return failSize(q.op, req.Peer, len(payload), want)
+	}
+	if err := decodeInto(q.codec, dst, payload, add); err != nil {
+		return q.op.failAt(req.Peer, req.Tag.Step, fmt.Errorf("%w: from rank %d: %w", transport.ErrProtocol, req.Peer, err))
+	}
+	return nil
+}
+
+// encodeTo encodes src with the codec's float32 or float64 entry point.
+func encodeTo[T Float](c quant.Codec, dst []byte, src []T) ([]byte, error) {
+	if elemSize[T]() == 4 {
+		return c.Encode(dst, FromBytes[float32](AsBytes(src)))
+	}
+	return c.Encode64(dst, FromBytes[float64](AsBytes(src)))
+}
+
+// decodeInto decodes src into dst, or adds the decoded values to dst.
+func decodeInto[T Float](c quant.Codec, dst []T, src []byte, add bool) error {
+	if elemSize[T]() == 4 {
+		d := FromBytes[float32](AsBytes(dst))
+		if add {
+			return c.DecodeAdd(d, src)
+		}
+		return c.Decode(d, src)
+	}
+	d := FromBytes[float64](AsBytes(dst))
+	if add {
+		return c.DecodeAdd64(d, src)
+	}
+	return c.Decode64(d, src)
+}
+
+// sendWindow cycles encoded messages through pipelineDepth pool-backed
+// slots: a slot is reused once the send that used it has completed, so at
+// most pipelineDepth sends are in flight and the scratch memory is a few
+// segments, not the whole encoded vector. Sends never wait on the
+// receiver's progress (all receives are posted up front), so waiting for
+// a slot cannot deadlock.
+type sendWindow struct {
+	op   *Op
+	buf  []byte
+	slot int
+	reqs []*transport.Request
+	next int
+}
+
+func newSendWindow(op *Op, slot int) *sendWindow {
+	return &sendWindow{op: op, buf: op.Pool.Get(pipelineDepth * slot), slot: slot,
+		reqs: make([]*transport.Request, pipelineDepth)}
+}
+
+// acquire waits until the next slot is free and returns it.
+func (w *sendWindow) acquire() ([]byte, error) {
+	i := w.next % len(w.reqs)
+	if err := w.op.Wait(w.reqs[i]); err != nil {
+		return nil, err
+	}
+	w.reqs[i] = nil
+	return w.buf[i*w.slot : (i+1)*w.slot : (i+1)*w.slot], nil
+}
+
+// push records the send that uses the slot last acquired.
+func (w *sendWindow) push(req *transport.Request) {
+	w.reqs[w.next%len(w.reqs)] = req
+	w.next++
+}
+
+// drain waits for every send in flight.
+func (w *sendWindow) drain() error { return w.op.Wait(w.reqs...) }
+
+// release returns the slots to the pool; only after drain succeeded.
+func (w *sendWindow) release() { w.op.Pool.Put(w.buf) }
