@@ -3,6 +3,8 @@ package fallback
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -92,5 +94,62 @@ func TestCloseWhileStalled(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Errorf("all 8 MiB of sends completed although the receiver read at most %d bytes", 64<<10)
+	}
+}
+
+// TestAbortUnderLoad aborts a rank while every rank has traffic in flight
+// in both directions (posted and unexpected, small and large): every
+// request on every rank must still complete, with success or a loss or
+// abort error, within the deadline, and nothing may leak.
+func TestAbortUnderLoad(t *testing.T) {
+	for round := range 3 {
+		t.Run(fmt.Sprintf("round=%d", round), func(t *testing.T) {
+			checkNoLeaks(t)
+			const size, msgs = 4, 40
+			j := startJob(t, size, func(c *Config) {
+				c.ConnsPerPeer = 2
+				c.UnexpectedLimit = 1 << 20
+			})
+			ctx := waitCtx(t)
+			rng := rand.New(rand.NewPCG(uint64(round), 5))
+			victim := rng.IntN(size)
+			var reqs [size][]*transport.Request
+			for r, tr := range j.ts {
+				for i := range msgs {
+					tag := transport.Tag{Comm: 1, Seq: uint64(i)}
+					for p := range size {
+						if p == r {
+							continue
+						}
+						n := rng.IntN(1 << (4 + i%17))
+						reqs[r] = append(reqs[r], tr.Send(p, tag, testDesc, reference[:n]))
+						if i%2 == 0 { // odd messages stay unexpected
+							reqs[r] = append(reqs[r], tr.Recv(p, tag, testDesc, make([]byte, n)))
+						}
+					}
+				}
+			}
+			time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+			j.ts[victim].Abort(errors.New("chaos"))
+			for r := range size {
+				for _, req := range reqs[r] {
+					err := req.Wait(ctx)
+					if err == nil || errors.Is(err, transport.ErrPeerLost) || errors.Is(err, transport.ErrAborted) {
+						continue
+					}
+					t.Fatalf("rank %d: %v: unexpected error %v", r, req, err)
+				}
+				if r == victim {
+					continue
+				}
+				for j.ts[r].Err() == nil && ctx.Err() == nil {
+					time.Sleep(time.Millisecond) // its traffic may all have finished first
+				}
+				var pe *transport.PeerError
+				if err := j.ts[r].Err(); !errors.As(err, &pe) || pe.Peer != victim || !errors.Is(err, transport.ErrPeerLost) {
+					t.Errorf("rank %d: Err() = %v, want ErrPeerLost naming rank %d", r, err, victim)
+				}
+			}
+		})
 	}
 }

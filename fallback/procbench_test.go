@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -23,6 +24,9 @@ const (
 	envChildAddr = "FALLBACK_BENCH_ADDR"
 	envChildSize = "FALLBACK_BENCH_SIZE"
 	envChildN    = "FALLBACK_BENCH_N"
+	// envChildProfile, if set in the benchmark's own environment, is a
+	// file name the child writes its CPU profile to.
+	envChildProfile = "FALLBACK_BENCH_CHILD_CPUPROFILE"
 )
 
 func TestMain(m *testing.M) {
@@ -59,6 +63,17 @@ func runBenchChild(mode string) error {
 		return err
 	}
 	src := touched(size)
+	if path := os.Getenv(envChildProfile); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	switch mode {
 	case "raw":
 		nc, err := net.Dial("tcp", addr)
