@@ -32,13 +32,14 @@ build: deps
 	$(GO) build $(GOFLAGS_TAGS) -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sparcml
 
 demo: build
-	@echo "== dense allreduce, 4 ranks over TCP loopback, every result checked =="
+	@echo "== dense allreduce: 4 ranks over TCP loopback, every result checked against the reference =="
 	$(BIN) bench -n 4 --op allreduce --sizes 1K:16M --iters 10 --warmup 2 --check
 	@echo
-	@echo "== the same 16M-element allreduce with each algorithm forced =="
-	@for a in ring rabenseifner recursive-doubling; do \
-		$(BIN) bench -n 4 --op allreduce --sizes 16M --iters 5 --warmup 1 --algo $$a --check --format table | tail -n 1; \
-	done
+	@echo "== sparse allreduce of a 16M-dimension gradient at 0.1%, 1% and 10% density, against the dense allreduce of the same vector =="
+	$(BIN) bench -n 4 --op sparse-allreduce --sizes 16M --density 0.001,0.01,0.1 --iters 5 --warmup 1 --check --vs-dense
+	@echo
+	@echo "== 4 allreduces in flight while each rank computes (non-blocking overlap) =="
+	$(BIN) bench -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode sleep --iters 5 --warmup 1
 
 test: deps lint test-unit test-race test-integration test-rdma
 

@@ -39,8 +39,13 @@ func TestMain(m *testing.M) {
 		sparcmlBin = filepath.Join(dir, "sparcml")
 		build(sparcmlBin, "../cmd/sparcml")
 	}
-	testprogBin = filepath.Join(dir, "testprog")
-	build(testprogBin, "./testprog")
+	// In the soft-RoCE guest there is no Go toolchain: the harness passes
+	// binaries built on the host.
+	testprogBin = os.Getenv("SPARCML_TESTPROG")
+	if testprogBin == "" {
+		testprogBin = filepath.Join(dir, "testprog")
+		build(testprogBin, "./testprog")
+	}
 	os.Exit(m.Run())
 }
 
@@ -76,7 +81,7 @@ func runCmd(t *testing.T, timeout time.Duration, env []string, name string, args
 // Every collective, algorithm and dtype, random lengths including 0 and 1,
 // through the launcher, for several job sizes.
 func TestCollectivesThroughLauncher(t *testing.T) {
-	for _, p := range []int{1, 2, 3, 4, 5, 8} {
+	for _, p := range jobSizes(t, []int{1, 2, 3, 4, 5, 8}) {
 		t.Run(fmt.Sprintf("P=%d", p), func(t *testing.T) {
 			seed := strconv.Itoa(int(time.Now().UnixNano()%1000) + p)
 			out, errOut, err := runCmd(t, 4*time.Minute, nil, sparcmlBin, "run", "-n", strconv.Itoa(p), "--", testprogBin, "collectives", seed)
@@ -86,6 +91,31 @@ func TestCollectivesThroughLauncher(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jobSizes is the list of P to run, from SPARCML_TEST_PS ("2,3,4") when
+// set: the soft-RoCE guest runs fewer, slower ranks.
+func jobSizes(t *testing.T, def []int) []int {
+	s := os.Getenv("SPARCML_TEST_PS")
+	if s == "" {
+		return def
+	}
+	var ps []int
+	for _, f := range strings.Split(s, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(f))
+		require.NoError(t, err, "SPARCML_TEST_PS=%q", s)
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// wantTransport is the transport the job must use: tcp, or
+// SPARCML_TRANSPORT when the harness forces one (rdma in the guest).
+func wantTransport() string {
+	if t := os.Getenv("SPARCML_TRANSPORT"); t != "" && t != "auto" {
+		return t
+	}
+	return "tcp"
 }
 
 // The benchmark's own --check path and its JSON output fields.
@@ -120,7 +150,7 @@ func TestBenchCheckJSON(t *testing.T) {
 				}
 				assert.Equal(t, tc.op, row["op"])
 				assert.Equal(t, float64(tc.p), row["np"])
-				assert.Equal(t, "tcp", row["transport"])
+				assert.Equal(t, wantTransport(), row["transport"])
 				want := "ok"
 				if tc.op == "barrier" {
 					want = "skipped"
@@ -256,6 +286,8 @@ func TestBadInputEveryRank(t *testing.T) {
 		{"mismatch-op", "mismatch"},
 		{"nil-buffer", "mismatch"},
 		{"bad-root", "root"},
+		{"sparse-bad-input", "rank 1"},
+		{"sparse-dim-mismatch", "mismatch"},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			j := startJob(t, 3, tc.scenario, "SPARCML_TIMEOUT=30s")

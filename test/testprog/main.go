@@ -49,6 +49,28 @@ func run(ctx context.Context, c *sparcml.Comm, scenario string, seed uint64) int
 	switch scenario {
 	case "collectives":
 		err = allCollectives(ctx, c, seed)
+		if err == nil {
+			err = allSparse(ctx, c, seed)
+		}
+	case "dense":
+		err = allCollectives(ctx, c, seed)
+	case "sparse":
+		err = allSparse(ctx, c, seed)
+	case "sparse-bad-input":
+		err = expectErrorThenRecover(ctx, c, func() error {
+			in := &sparcml.SparseVector[float32]{Dim: 100, Indices: []uint32{5, 3}, Values: []float32{1, 2}}
+			if c.Rank() != 1 {
+				in = &sparcml.SparseVector[float32]{Dim: 100, Indices: []uint32{3, 5}, Values: []float32{1, 2}}
+			}
+			_, err := sparcml.SparseAllreduce(ctx, c, in, &sparcml.SparseVector[float32]{})
+			return err
+		})
+	case "sparse-dim-mismatch":
+		err = expectErrorThenRecover(ctx, c, func() error {
+			in := &sparcml.SparseVector[float64]{Dim: 100 + c.Rank()%2}
+			_, err := sparcml.SparseAllreduce(ctx, c, in, &sparcml.SparseVector[float64]{})
+			return err
+		})
 	case "loop":
 		err = loop(ctx, c)
 	case "mismatch-len":
