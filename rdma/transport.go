@@ -1,0 +1,604 @@
+// Package rdma is the RDMA transport: one reliable-connected queue pair per
+// peer (full mesh), set up through the bootstrap store, with two protocols.
+//
+// Eager (messages up to Config.EagerLimit): the payload is copied into a
+// registered staging slot and written with RDMA write with immediate into
+// the next slot of the peer's receive ring; the send completes at once.
+// The receiver copies the slot out (into the posted buffer when the
+// receive is already posted) and frees it. Senders hold one credit per
+// free remote slot; credits come back piggybacked on every message and by
+// explicit zero-length sends when traffic is one-way.
+//
+// Rendezvous (larger messages, no copy): the sender announces the message
+// (RTS). When the matching receive is posted, the receiver registers its
+// destination buffer through the registration cache and answers with its
+// address and rkey (CTS); the sender RDMA-writes the payload straight from
+// the caller's buffers into it, and the last write carries an immediate
+// that completes the receive. The receiver only exposes a buffer for a
+// message it has claimed in the matcher, so a failed operation never
+// returns a buffer to the caller that the peer may still write into.
+//
+// A progress goroutine polls the completion queue in batches, busy-polls
+// for Config.Spin when idle and then blocks on the completion channel. A
+// failed completion, a goodbye from a peer, or a keep-alive write that is
+// not acknowledged makes the transport fail with a sticky
+// transport.PeerError wrapping transport.ErrPeerLost; every pending
+// request fails and nothing waits forever.
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sparcml/sparcml/memreg"
+	"github.com/sparcml/sparcml/transport"
+	"github.com/sparcml/sparcml/verbs"
+)
+
+// Queue sizes per peer.
+const (
+	sqDepth     = 256
+	maxSendSGE  = 16
+	maxInline   = 128
+	pollBatch   = 32
+	maxWrite    = 1 << 30 // bytes per RDMA write work request
+	byeWait     = 200 * time.Millisecond
+	maxFailedOp = 4096
+)
+
+// Transport is an RDMA transport.Transport. Create it with New.
+type Transport struct {
+	cfg      Config
+	rank     int
+	size     int
+	ep       *endpoint
+	pd       *verbs.PD
+	ch       *verbs.CompChannel
+	cq       *verbs.CQ
+	peers    []*peer // nil at this rank
+	cache    *memreg.Cache[*verbs.MR]
+	m        *transport.Matcher
+	slotSize int
+
+	stop     atomic.Bool
+	done     chan struct{}
+	byeOut   atomic.Int32
+	byeCh    chan struct{}
+	touched  []*peer // peers to repost receives or drain after a batch
+	closeOne sync.Once
+
+	sent, recvd, msgsSent, msgsRecvd atomic.Uint64
+
+	mu         sync.Mutex
+	err        error
+	posted     map[mkey]postedRecv // receives posted, not yet matched
+	pendingRTS map[mkey]header     // RTS waiting for its receive
+	sends      map[uint32]*rndvSend
+	recvs      map[uint32]*rndvRecv
+	failed     map[opKey]struct{}
+	failedFIFO []opKey
+	nextSend   uint32
+	nextRecv   uint32
+}
+
+type postedRecv struct {
+	req *transport.Request
+	buf []byte
+}
+
+type mkey struct {
+	peer int
+	tag  transport.Tag
+}
+
+type opKey struct {
+	comm uint32
+	seq  uint64
+}
+
+// rndvSend is a large send from RTS until its last write completes.
+type rndvSend struct {
+	req     *transport.Request
+	peer    int
+	bufs    [][]byte
+	n       int
+	handles []memreg.Handle[*verbs.MR]
+	wrs     []verbs.SendWR
+}
+
+// rndvRecv is a claimed large receive waiting for its data. The caller's
+// buffer is registered through the cache (it is likely to be used again);
+// a buffer the matcher allocated because the caller's was too small gets
+// a registration of its own, dropped on completion.
+type rndvRecv struct {
+	peer   int
+	n      int
+	done   func()
+	handle memreg.Handle[*verbs.MR]
+	own    *verbs.MR
+}
+
+func (rr *rndvRecv) release() {
+	if rr.own != nil {
+		rr.own.Close()
+		return
+	}
+	rr.handle.Release()
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// New opens the RDMA device, connects to every peer through cfg.Store and
+// starts the progress goroutine. ctx bounds the connection set-up.
+func New(ctx context.Context, cfg Config) (*Transport, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ep, err := openEndpoint(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{
+		cfg: cfg, rank: cfg.Rank, size: cfg.Size, ep: ep,
+		m:          transport.NewMatcher(cfg.Rank, 0),
+		slotSize:   (hdrSize + cfg.EagerLimit + 63) &^ 63,
+		done:       make(chan struct{}),
+		byeCh:      make(chan struct{}, 1),
+		peers:      make([]*peer, cfg.Size),
+		posted:     make(map[mkey]postedRecv),
+		pendingRTS: make(map[mkey]header),
+		sends:      make(map[uint32]*rndvSend),
+		recvs:      make(map[uint32]*rndvRecv),
+		failed:     make(map[opKey]struct{}),
+	}
+	if err := t.setup(ctx); err != nil {
+		close(t.done)
+		t.destroy()
+		return nil, err
+	}
+	go t.progress()
+	return t, nil
+}
+
+func (t *Transport) setup(ctx context.Context) error {
+	cfg := &t.cfg
+	if err := t.ep.chooseGID(cfg.GIDIndex); err != nil {
+		return err
+	}
+	ringBytes := 2 * cfg.Slots * t.slotSize
+	if err := memreg.CheckMemlock(uint64((t.size - 1) * ringBytes)); err != nil {
+		return fmt.Errorf("rdma: %w", err)
+	}
+	da, err := t.ep.ctx.QueryDevice()
+	if err != nil {
+		return err
+	}
+	cfg.Logf("rdma: rank %d using %s port %d (%s, active MTU %s, LID %d, GID index %d %v %v)",
+		t.rank, t.ep.ctx.Name(), t.ep.port, t.ep.attr.LinkLayer, t.ep.attr.ActiveMTU, t.ep.attr.LID,
+		t.ep.gid.Index, t.ep.gid.GID, t.ep.gid.Type)
+	if t.pd, err = t.ep.ctx.AllocPD(); err != nil {
+		return err
+	}
+	t.cache = memreg.NewCache[*verbs.MR](memreg.RegistrarFunc[*verbs.MR](func(b []byte) (*verbs.MR, error) {
+		return t.pd.RegMR(b, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	}), cfg.CacheEntries, cfg.CacheBytes)
+	if t.ch, err = t.ep.ctx.NewCompChannel(); err != nil {
+		return err
+	}
+	sq := min(sqDepth, da.MaxQPWR)
+	rq := min(2*cfg.Slots+32, da.MaxQPWR)
+	cqe := (t.size-1)*(sq+rq) + 1
+	if cqe > da.MaxCQE {
+		return fmt.Errorf("rdma: %d ranks need a completion queue of %d entries, %s allows %d",
+			t.size, cqe, t.ep.ctx.Name(), da.MaxCQE)
+	}
+	if t.cq, err = t.ep.ctx.NewCQ(cqe, pollBatch, t.ch); err != nil {
+		return err
+	}
+	caps := verbs.QPCaps{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: min(maxSendSGE, da.MaxSGE),
+		MaxRecvSGE: 1, MaxInline: maxInline}
+	for r := range t.peers {
+		if r == t.rank {
+			continue
+		}
+		p, err := t.newPeer(r, caps, ringBytes)
+		if err != nil {
+			return err
+		}
+		t.peers[r] = p
+	}
+	if err := t.connect(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// connect exchanges connection data with every peer, brings each QP to
+// RTS and waits until every rank has done so, so that no rank writes to a
+// QP that is not ready to receive.
+func (t *Transport) connect(ctx context.Context) error {
+	pfx := t.cfg.KeyPrefix
+	local := t.ep.attr
+	for r, p := range t.peers {
+		if p == nil {
+			continue
+		}
+		info := connInfo{LinkLayer: uint8(local.LinkLayer), MTU: uint8(local.ActiveMTU), LID: local.LID,
+			QPN: p.qp.Num(), PSN: p.psn, GID: t.ep.gid.GID, RingAddr: addrOf(p.buf.Bytes()),
+			RingRKey: p.mr.RKey(), Slots: uint32(p.slots), SlotSize: uint32(t.slotSize)}
+		if err := t.cfg.Store.Set(ctx, fmt.Sprintf("%s/conn/%d/%d", pfx, t.rank, r), info.encode()); err != nil {
+			return fmt.Errorf("rdma: publishing connection data for rank %d: %w", r, err)
+		}
+	}
+	for r, p := range t.peers {
+		if p == nil {
+			continue
+		}
+		b, err := t.cfg.Store.Get(ctx, fmt.Sprintf("%s/conn/%d/%d", pfx, r, t.rank))
+		if err != nil {
+			return fmt.Errorf("rdma: waiting for rank %d's connection data: %w", r, err)
+		}
+		if err := p.remote.decode(b); err != nil {
+			return fmt.Errorf("rdma: rank %d: %w", r, err)
+		}
+		if err := t.connectPeer(p); err != nil {
+			return err
+		}
+	}
+	if err := t.cfg.Store.Set(ctx, fmt.Sprintf("%s/ready/%d", pfx, t.rank), []byte{1}); err != nil {
+		return fmt.Errorf("rdma: publishing readiness: %w", err)
+	}
+	for r := range t.peers {
+		if r == t.rank {
+			continue
+		}
+		if _, err := t.cfg.Store.Get(ctx, fmt.Sprintf("%s/ready/%d", pfx, r)); err != nil {
+			return fmt.Errorf("rdma: waiting for rank %d to connect: %w", r, err)
+		}
+	}
+	return nil
+}
+
+func (t *Transport) connectPeer(p *peer) error {
+	rem, local := &p.remote, t.ep.attr
+	if verbs.LinkLayer(rem.LinkLayer) != local.LinkLayer {
+		return fmt.Errorf("rdma: rank %d is on %s but rank %d is on %s", t.rank, local.LinkLayer,
+			p.rank, verbs.LinkLayer(rem.LinkLayer))
+	}
+	if int(rem.Slots) != p.slots || int(rem.SlotSize) != t.slotSize {
+		return fmt.Errorf("rdma: rank %d uses %d ring slots of %d bytes, rank %d uses %d of %d: "+
+			"all ranks must use the same eager limit and slot count", t.rank, p.slots, t.slotSize,
+			p.rank, rem.Slots, rem.SlotSize)
+	}
+	mtu := min(local.ActiveMTU, verbs.MTU(rem.MTU))
+	if mtu != local.ActiveMTU {
+		t.cfg.Logf("rdma: rank %d: path MTU to rank %d is %s (local %s, remote %s)",
+			t.rank, p.rank, mtu, local.ActiveMTU, verbs.MTU(rem.MTU))
+	}
+	a := verbs.RTRAttr{RemoteQPN: rem.QPN, RemotePSN: rem.PSN, MTU: mtu, DestLID: rem.LID}
+	if local.LinkLayer == verbs.LinkLayerEthernet {
+		a.GRH, a.DestGID, a.SGIDIndex = true, verbs.GID(rem.GID), t.ep.gid.Index
+	} else if rem.LID == 0 {
+		return fmt.Errorf("rdma: rank %d's InfiniBand port has no LID (is a subnet manager running?)", p.rank)
+	}
+	if err := p.qp.ToRTR(a); err != nil {
+		return fmt.Errorf("rdma: connecting rank %d to rank %d: %w", t.rank, p.rank, err)
+	}
+	if err := p.qp.ToRTS(verbs.RTSAttr{PSN: p.psn, Timeout: t.cfg.AckTimeout,
+		RetryCnt: t.cfg.RetryCount}); err != nil {
+		return fmt.Errorf("rdma: connecting rank %d to rank %d: %w", t.rank, p.rank, err)
+	}
+	return nil
+}
+
+// Name implements transport.Transport.
+func (t *Transport) Name() string { return "rdma" }
+
+// Rank implements transport.Transport.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size implements transport.Transport.
+func (t *Transport) Size() int { return t.size }
+
+// Device names the device and port in use ("rxe0:1").
+func (t *Transport) Device() string { return fmt.Sprintf("%s:%d", t.ep.ctx.Name(), t.ep.port) }
+
+func (t *Transport) checkPeer(peer int) error {
+	if peer < 0 || peer >= t.size || peer == t.rank {
+		return fmt.Errorf("%w: rank %d: peer %d out of range [0,%d) or self", transport.ErrInvalid, t.rank, peer, t.size)
+	}
+	return nil
+}
+
+// Send implements transport.Transport.
+func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs ...[]byte) *transport.Request {
+	if err := t.checkPeer(peer); err != nil {
+		return transport.Failed(peer, tag, true, err)
+	}
+	if err := t.Err(); err != nil {
+		return transport.Failed(peer, tag, true, err)
+	}
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	req := transport.NewRequest(peer, tag, true)
+	p := t.peers[peer]
+	if n <= t.cfg.EagerLimit {
+		t.enqueue(p, &outMsg{hdr: header{Kind: kindData, Tag: tag, Desc: desc}, bufs: bufs, req: req})
+		return req
+	}
+	rs := &rndvSend{req: req, peer: peer, bufs: bufs, n: n}
+	t.mu.Lock()
+	if t.err != nil {
+		err := t.err
+		t.mu.Unlock()
+		req.Complete(nil, err)
+		return req
+	}
+	t.nextSend++
+	id := t.nextSend
+	t.sends[id] = rs
+	t.mu.Unlock()
+	t.enqueue(p, &outMsg{hdr: header{Kind: kindRTS, Tag: tag, Desc: desc, Size: uint64(n), ID: id}})
+	return req
+}
+
+// Recv implements transport.Transport.
+func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf []byte) *transport.Request {
+	if err := t.checkPeer(peer); err != nil {
+		return transport.Failed(peer, tag, false, err)
+	}
+	k := mkey{peer, tag}
+	t.mu.Lock()
+	if t.err != nil {
+		err := t.err
+		t.mu.Unlock()
+		return transport.Failed(peer, tag, false, err)
+	}
+	req := t.m.Post(peer, tag, desc, buf)
+	if done, _ := req.Test(); done {
+		t.mu.Unlock()
+		return req
+	}
+	rts, ok := t.pendingRTS[k]
+	if !ok {
+		t.posted[k] = postedRecv{req, buf}
+		t.mu.Unlock()
+		return req
+	}
+	delete(t.pendingRTS, k)
+	cts, err := t.claimLocked(peer, rts, buf)
+	t.mu.Unlock()
+	t.enqueue(t.peers[peer], &outMsg{hdr: cts})
+	if err != nil {
+		t.fail(err)
+	}
+	return req
+}
+
+// claimLocked claims the posted receive for an RTS, registers its buffer
+// and returns the CTS to send. An error is fatal for the transport.
+func (t *Transport) claimLocked(peer int, rts header, posted []byte) (header, error) {
+	cts := header{Kind: kindCTS, Tag: rts.Tag, ID: rts.ID, Flags: ctsDiscard}
+	dst, done, err := t.m.Claim(peer, rts.Tag, rts.Desc, int(rts.Size))
+	if err != nil || dst == nil {
+		return cts, nil // failed operation, mismatch or failed transport: drop
+	}
+	rr := &rndvRecv{peer: peer, n: len(dst), done: done}
+	var rkey uint32
+	if cap(posted) > 0 && unsafe.SliceData(posted) == unsafe.SliceData(dst) {
+		rr.handle, err = t.cache.Acquire(dst)
+		if err == nil {
+			rkey = rr.handle.Region().RKey()
+		}
+	} else {
+		rr.own, err = t.pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		if err == nil {
+			rkey = rr.own.RKey()
+		}
+	}
+	if err != nil {
+		return cts, fmt.Errorf("rdma: registering a %d-byte receive buffer from rank %d: %w", len(dst), peer, err)
+	}
+	t.nextRecv = (t.nextRecv + 1) & immMask
+	if t.nextRecv == 0 {
+		t.nextRecv = 1
+	}
+	t.recvs[t.nextRecv] = rr
+	cts.ID2, cts.Size, cts.RKey, cts.Flags = t.nextRecv, addrOf(dst), rkey, 0
+	return cts, nil
+}
+
+// FailOp implements transport.Transport.
+func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
+	t.failOp(comm, seq, err)
+	reason := err.Error()
+	if len(reason) > t.cfg.EagerLimit {
+		reason = reason[:t.cfg.EagerLimit]
+	}
+	for _, p := range t.peers {
+		if p != nil {
+			t.enqueue(p, &outMsg{hdr: header{Kind: kindFailOp, Tag: transport.Tag{Comm: comm, Seq: seq}},
+				bufs: [][]byte{[]byte(reason)}})
+		}
+	}
+}
+
+// failOp fails (comm, seq) on this rank: its receives, and the RTS of
+// peers waiting for a receive of it, which are told to drop the message.
+func (t *Transport) failOp(comm uint32, seq uint64, err error) {
+	t.m.FailOp(comm, seq, err)
+	op := opKey{comm, seq}
+	type discard struct {
+		peer int
+		cts  header
+	}
+	var drops []discard
+	t.mu.Lock()
+	if _, seen := t.failed[op]; !seen {
+		t.failed[op] = struct{}{}
+		t.failedFIFO = append(t.failedFIFO, op)
+		if len(t.failedFIFO) > maxFailedOp {
+			delete(t.failed, t.failedFIFO[0])
+			t.failedFIFO = t.failedFIFO[1:]
+		}
+	}
+	for k := range t.posted {
+		if k.tag.Comm == comm && k.tag.Seq == seq {
+			delete(t.posted, k)
+		}
+	}
+	for k, rts := range t.pendingRTS {
+		if k.tag.Comm == comm && k.tag.Seq == seq {
+			delete(t.pendingRTS, k)
+			drops = append(drops, discard{k.peer, header{Kind: kindCTS, Tag: rts.Tag, ID: rts.ID, Flags: ctsDiscard}})
+		}
+	}
+	t.mu.Unlock()
+	for _, d := range drops {
+		t.enqueue(t.peers[d.peer], &outMsg{hdr: d.cts})
+	}
+}
+
+// Abort implements transport.Transport: peers are told, then every queue
+// pair is moved to the error state and everything pending fails.
+func (t *Transport) Abort(err error) {
+	if t.Err() == nil {
+		t.sayBye("rank " + fmt.Sprint(t.rank) + " aborted: " + err.Error())
+	}
+	t.fail(fmt.Errorf("%w: %w", transport.ErrAborted, err))
+}
+
+// Err implements transport.Transport.
+func (t *Transport) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// Stats implements transport.Transport.
+func (t *Transport) Stats() transport.Stats {
+	return transport.Stats{BytesSent: t.sent.Load(), BytesRecv: t.recvd.Load(),
+		MsgsSent: t.msgsSent.Load(), MsgsRecv: t.msgsRecvd.Load()}
+}
+
+// CacheStats returns the registration cache's counters.
+func (t *Transport) CacheStats() memreg.CacheStats { return t.cache.Stats() }
+
+// Close implements transport.Transport. Peers see this rank as lost.
+func (t *Transport) Close() error {
+	t.closeOne.Do(func() {
+		if t.Err() == nil {
+			t.sayBye(fmt.Sprintf("rank %d closed its transport", t.rank))
+		}
+		t.fail(transport.ErrClosed)
+		t.stop.Store(true)
+		t.wake()
+		<-t.done
+		t.destroy()
+	})
+	return nil
+}
+
+// sayBye tells every peer this rank is going away, and waits briefly for
+// the messages to be acknowledged so that moving the queue pairs to the
+// error state does not flush them.
+func (t *Transport) sayBye(reason string) {
+	for _, p := range t.peers {
+		if p != nil {
+			t.byeOut.Add(1)
+			t.enqueue(p, &outMsg{hdr: header{Kind: kindBye}, bufs: [][]byte{[]byte(reason)}, bye: true})
+		}
+	}
+	deadline := time.NewTimer(byeWait)
+	defer deadline.Stop()
+	for t.byeOut.Load() > 0 {
+		select {
+		case <-t.byeCh:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
+// fail makes err the transport's sticky error (the first one wins) and
+// fails everything pending. Queue pairs go to the error state first, so
+// that no peer can write into a buffer after its request has failed.
+func (t *Transport) fail(err error) {
+	t.mu.Lock()
+	if t.err == nil {
+		t.err = err
+	}
+	err = t.err
+	sends, recvs := t.sends, t.recvs
+	t.sends, t.recvs = map[uint32]*rndvSend{}, map[uint32]*rndvRecv{}
+	clear(t.posted)
+	clear(t.pendingRTS)
+	t.mu.Unlock()
+	for _, p := range t.peers {
+		if p != nil {
+			p.kill(err)
+		}
+	}
+	t.m.Abort(err)
+	for _, rs := range sends {
+		for _, h := range rs.handles {
+			h.Release()
+		}
+		rs.req.Complete(nil, err)
+	}
+	for _, rr := range recvs {
+		rr.release() // the request was failed by the matcher
+	}
+}
+
+func (t *Transport) peerLost(peer int, cause error) {
+	if t.Err() != nil {
+		return
+	}
+	t.cfg.Logf("rdma: rank %d lost rank %d: %v", t.rank, peer, cause)
+	t.fail(&transport.PeerError{Peer: peer, Kind: transport.ErrPeerLost, Err: cause})
+}
+
+func (t *Transport) protocolError(peer int, err error) {
+	if t.Err() != nil {
+		return
+	}
+	t.fail(&transport.PeerError{Peer: peer, Kind: transport.ErrProtocol, Err: err})
+}
+
+// destroy releases every verbs object, in dependency order.
+func (t *Transport) destroy() {
+	for _, p := range t.peers {
+		if p != nil {
+			p.destroy()
+		}
+	}
+	if t.cache != nil {
+		t.cache.Close()
+	}
+	if t.cq != nil {
+		t.cq.Close()
+	}
+	if t.ch != nil {
+		t.ch.Close()
+	}
+	if t.pd != nil {
+		t.pd.Close()
+	}
+	t.ep.ctx.Close()
+}
+
+// wake interrupts the progress loop's wait, for Close.
+func (t *Transport) wake() { t.ch.Interrupt() }
+
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+func randPSN() uint32 { return rand.Uint32() & 0xffffff }

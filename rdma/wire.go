@@ -1,0 +1,189 @@
+package rdma
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+// Wire format. Every eager message (data or control) is one RDMA write
+// with immediate into a slot of the peer's receive ring: a fixed header
+// followed by the payload. The immediate says what arrived:
+//
+//	bits 31..28  kind: immEager, immDone, immCredit
+//	bits 27..0   eager: the ring slot; done: the receive id; credit: count
+//
+// Rendezvous completions (immDone) and credit returns (immCredit) use no
+// ring slot: the former is the immediate of the last RDMA write of the
+// payload into the receiver's buffer, the latter a zero-length send.
+const (
+	immEager  = 1
+	immDone   = 2
+	immCredit = 3
+
+	immShift = 28
+	immMask  = 1<<immShift - 1
+)
+
+func makeImm(kind, val uint32) uint32 { return kind<<immShift | val&immMask }
+
+func splitImm(imm uint32) (kind, val uint32) { return imm >> immShift, imm & immMask }
+
+// Header kinds.
+const (
+	kindData   = 1 // eager payload
+	kindRTS    = 2 // rendezvous request to send: tag, desc, size, send id
+	kindCTS    = 3 // clear to send: send id, receive id, address, rkey (or discard)
+	kindFailOp = 4 // the sender failed operation (comm, seq); reason in payload
+	kindBye    = 5 // the sender is closing or aborting; reason in payload
+)
+
+var kindNames = [...]string{"?", "data", "rts", "cts", "failop", "bye"}
+
+const (
+	wireVersion = 1
+	hdrSize     = 64
+)
+
+// header is the fixed part of every eager message.
+type header struct {
+	Kind    uint8
+	Credits uint16 // ring slots the sender has freed since it last said so
+	Len     uint32 // payload bytes in this slot
+	Tag     transport.Tag
+	Desc    transport.Desc
+	Size    uint64 // RTS: message size; CTS: destination address
+	ID      uint32 // RTS, CTS: send id
+	ID2     uint32 // CTS: receive id
+	RKey    uint32 // CTS
+	Flags   uint32 // CTS: ctsDiscard
+}
+
+// ctsDiscard: the receiver drops the message (its operation failed or the
+// descriptors differ); the sender completes its send without writing.
+const ctsDiscard = 1
+
+var le = binary.LittleEndian
+
+func (h *header) encode(b []byte) {
+	_ = b[hdrSize-1]
+	b[0] = wireVersion
+	b[1] = h.Kind
+	le.PutUint16(b[2:], h.Credits)
+	le.PutUint32(b[4:], h.Len)
+	le.PutUint32(b[8:], h.Tag.Comm)
+	le.PutUint32(b[12:], h.Tag.Step)
+	le.PutUint64(b[16:], h.Tag.Seq)
+	encodeDesc(b[24:40], h.Desc)
+	le.PutUint64(b[40:], h.Size)
+	le.PutUint32(b[48:], h.ID)
+	le.PutUint32(b[52:], h.ID2)
+	le.PutUint32(b[56:], h.RKey)
+	le.PutUint32(b[60:], h.Flags)
+}
+
+func (h *header) decode(b []byte) error {
+	if len(b) < hdrSize {
+		return fmt.Errorf("%w: rdma header of %d bytes", transport.ErrProtocol, len(b))
+	}
+	if b[0] != wireVersion {
+		return fmt.Errorf("%w: rdma wire version %d, want %d", transport.ErrProtocol, b[0], wireVersion)
+	}
+	h.Kind = b[1]
+	if h.Kind < kindData || h.Kind > kindBye {
+		return fmt.Errorf("%w: unknown rdma message kind %d", transport.ErrProtocol, h.Kind)
+	}
+	h.Credits = le.Uint16(b[2:])
+	h.Len = le.Uint32(b[4:])
+	h.Tag = transport.Tag{Comm: le.Uint32(b[8:]), Step: le.Uint32(b[12:]), Seq: le.Uint64(b[16:])}
+	h.Desc = decodeDesc(b[24:40])
+	h.Size = le.Uint64(b[40:])
+	h.ID = le.Uint32(b[48:])
+	h.ID2 = le.Uint32(b[52:])
+	h.RKey = le.Uint32(b[56:])
+	h.Flags = le.Uint32(b[60:])
+	return nil
+}
+
+func encodeDesc(b []byte, d transport.Desc) {
+	b[0], b[1], b[2], b[3] = byte(d.Kind), d.DType, d.Reduce, d.Algo
+	le.PutUint32(b[4:], uint32(d.Root))
+	le.PutUint64(b[8:], d.Count)
+}
+
+func decodeDesc(b []byte) transport.Desc {
+	return transport.Desc{Kind: transport.OpKind(b[0]), DType: b[1], Reduce: b[2], Algo: b[3],
+		Root: int32(le.Uint32(b[4:])), Count: le.Uint64(b[8:])}
+}
+
+// connInfo is what a rank publishes for each peer through the bootstrap
+// store: enough to bring its end of the RC connection to RTR and to write
+// into its receive ring.
+type connInfo struct {
+	LinkLayer uint8
+	MTU       uint8 // active MTU enum of the port
+	LID       uint16
+	QPN       uint32
+	PSN       uint32
+	GID       [16]byte
+	RingAddr  uint64
+	RingRKey  uint32
+	Slots     uint32
+	SlotSize  uint32
+}
+
+const connInfoSize = 4 + 1 + 1 + 2 + 4 + 4 + 16 + 8 + 4 + 4 + 4
+
+// connMagic starts every connInfo so that a value from another transport
+// or version is rejected with a clear error.
+var connMagic = [4]byte{'S', 'R', 'D', wireVersion}
+
+func (c *connInfo) encode() []byte {
+	b := make([]byte, connInfoSize)
+	copy(b, connMagic[:])
+	b[4], b[5] = c.LinkLayer, c.MTU
+	le.PutUint16(b[6:], c.LID)
+	le.PutUint32(b[8:], c.QPN)
+	le.PutUint32(b[12:], c.PSN)
+	copy(b[16:32], c.GID[:])
+	le.PutUint64(b[32:], c.RingAddr)
+	le.PutUint32(b[40:], c.RingRKey)
+	le.PutUint32(b[44:], c.Slots)
+	le.PutUint32(b[48:], c.SlotSize)
+	return b
+}
+
+func (c *connInfo) decode(b []byte) error {
+	if len(b) != connInfoSize || [4]byte(b[:4]) != connMagic {
+		return fmt.Errorf("%w: rdma connection data of %d bytes is not version %d (another sparcml version?)",
+			transport.ErrProtocol, len(b), wireVersion)
+	}
+	c.LinkLayer, c.MTU = b[4], b[5]
+	c.LID = le.Uint16(b[6:])
+	c.QPN = le.Uint32(b[8:])
+	c.PSN = le.Uint32(b[12:])
+	copy(c.GID[:], b[16:32])
+	c.RingAddr = le.Uint64(b[32:])
+	c.RingRKey = le.Uint32(b[40:])
+	c.Slots = le.Uint32(b[44:])
+	c.SlotSize = le.Uint32(b[48:])
+	return nil
+}
+
+// Work request ids: what completed, for which peer, and an id.
+const (
+	wrRecv      = 1
+	wrEager     = 2
+	wrRndv      = 3
+	wrCredit    = 4
+	wrKeepalive = 5
+)
+
+func makeWRID(kind uint8, peer int, id uint32) uint64 {
+	return uint64(kind)<<56 | uint64(uint16(peer))<<40 | uint64(id)
+}
+
+func splitWRID(w uint64) (kind uint8, peer int, id uint32) {
+	return uint8(w >> 56), int(uint16(w >> 40)), uint32(w)
+}

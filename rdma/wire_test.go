@@ -1,0 +1,105 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/transport"
+	"github.com/sparcml/sparcml/verbs"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHeaderRoundTrip(t *testing.T) {
+	h := header{Kind: kindCTS, Credits: 17, Len: 8000,
+		Tag:  transport.Tag{Comm: 3, Seq: 1 << 40, Step: 9},
+		Desc: transport.Desc{Kind: transport.OpAllreduce, DType: 2, Reduce: 1, Algo: 4, Root: -1, Count: 1 << 33},
+		Size: 0xdeadbeef00, ID: 7, ID2: immMask, RKey: 0x1234, Flags: ctsDiscard}
+	b := make([]byte, hdrSize)
+	h.encode(b)
+	var g header
+	require.NoError(t, g.decode(b))
+	require.Equal(t, h, g)
+
+	b[0] = 9
+	require.ErrorIs(t, g.decode(b), transport.ErrProtocol)
+	b[0], b[1] = wireVersion, 42
+	require.ErrorIs(t, g.decode(b), transport.ErrProtocol)
+	require.ErrorIs(t, g.decode(b[:10]), transport.ErrProtocol)
+}
+
+func TestConnInfoRoundTrip(t *testing.T) {
+	c := connInfo{LinkLayer: 2, MTU: 5, LID: 0, QPN: 0x11, PSN: 0xabcdef, RingAddr: 0x7f0000001000,
+		RingRKey: 0x99, Slots: 32, SlotSize: 8256}
+	copy(c.GID[:], []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1})
+	var d connInfo
+	require.NoError(t, d.decode(c.encode()))
+	require.Equal(t, c, d)
+	require.ErrorIs(t, d.decode([]byte("tcp:10.0.0.1:1234")), transport.ErrProtocol)
+}
+
+func TestImmAndWRID(t *testing.T) {
+	for _, k := range []uint32{immEager, immDone, immCredit} {
+		kind, val := splitImm(makeImm(k, 12345))
+		require.Equal(t, k, kind)
+		require.Equal(t, uint32(12345), val)
+	}
+	kind, val := splitImm(makeImm(immDone, immMask))
+	require.Equal(t, uint32(immDone), kind)
+	require.Equal(t, uint32(immMask), val)
+	for _, peer := range []int{0, 1, 4095, 1<<15 - 1} {
+		k, p, id := splitWRID(makeWRID(wrRndv, peer, 0xfffffff0))
+		require.Equal(t, uint8(wrRndv), k)
+		require.Equal(t, peer, p)
+		require.Equal(t, uint32(0xfffffff0), id)
+	}
+}
+
+func TestParseDevice(t *testing.T) {
+	n, p, err := parseDevice("rxe0:1")
+	require.NoError(t, err)
+	require.Equal(t, "rxe0", n)
+	require.Equal(t, uint8(1), p)
+	n, p, err = parseDevice("mlx5_0")
+	require.NoError(t, err)
+	require.Equal(t, "mlx5_0", n)
+	require.Zero(t, p)
+	for _, bad := range []string{"rxe0:0", "rxe0:x", "rxe0:300"} {
+		_, _, err = parseDevice(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	st := bootstrap.NewMemStore()
+	good := Config{Rank: 0, Size: 2, Store: st, GIDIndex: -1}
+	good.setDefaults()
+	require.NoError(t, good.validate())
+	for _, c := range []Config{
+		{Rank: 2, Size: 2, Store: st},
+		{Rank: 0, Size: 2},
+		{Rank: 0, Size: 2, Store: st, GIDIndex: -2},
+		{Rank: 0, Size: 2, Store: st, EagerLimit: 4 << 20},
+	} {
+		c.setDefaults()
+		require.Error(t, c.validate(), "%+v", c)
+	}
+}
+
+// TestUnavailable runs on hosts without RDMA (and on stub builds): both
+// entry points must say why with verbs.ErrUnavailable, and never hang.
+func TestUnavailable(t *testing.T) {
+	err := Available()
+	if err == nil {
+		t.Skip("an RDMA device is available here")
+	}
+	require.True(t, errors.Is(err, verbs.ErrUnavailable), "%v", err)
+	if !verbs.Built {
+		require.ErrorContains(t, err, "built without libibverbs")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5e9)
+	defer cancel()
+	_, err = New(ctx, Config{Rank: 0, Size: 2, Store: bootstrap.NewMemStore(), GIDIndex: -1})
+	require.ErrorIs(t, err, verbs.ErrUnavailable)
+}
