@@ -3,6 +3,7 @@ package sparcml
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -182,6 +183,70 @@ func TestSendRecv(t *testing.T) {
 			return errors.New("wrong payload")
 		}
 		return Send(ctx, c, out, r) // to self: invalid
+	})
+	for r, err := range errs {
+		assert.ErrorIs(t, err, ErrInvalid, "rank %d", r)
+	}
+}
+
+// Ranks that start the same operations in a different order are told so,
+// naming the kinds and the sequence number, instead of mixing data.
+func TestStartOrderMismatchReported(t *testing.T) {
+	comms, err := Local(3)
+	require.NoError(t, err)
+	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+		sum := make([]float32, 64)
+		bcast := make([]float32, 64)
+		var first, second *Request
+		if c.Rank() == 2 {
+			first = StartBroadcast(ctx, c, bcast, 0)
+			second = StartAllreduce(ctx, c, sum, Sum)
+		} else {
+			first = StartAllreduce(ctx, c, sum, Sum)
+			second = StartBroadcast(ctx, c, bcast, 0)
+		}
+		return errors.Join(first.Wait(ctx), second.Wait(ctx))
+	})
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		assert.True(t, errors.Is(err, ErrMismatch) || errors.Is(err, ErrAborted), "rank %d: %v", r, err)
+		assert.Contains(t, err.Error(), "seq 1", "rank %d: %v", r, err)
+	}
+	// The message names both operations somewhere in the job.
+	all := errors.Join(errs...).Error()
+	assert.Contains(t, all, "allreduce")
+	assert.Contains(t, all, "broadcast")
+}
+
+// Quantized allreduce through the public API: integer inputs are exact in
+// fp16, and q8 stays within one quantization step per rounding.
+func TestAllreduceWithQuant(t *testing.T) {
+	comms, err := Local(4)
+	require.NoError(t, err)
+	errs := onEveryRank(t, comms, 30*time.Second, func(ctx context.Context, c *Comm) error {
+		for _, q := range []Quant{QuantFP16, QuantBF16, QuantQ8} {
+			data := make([]float32, 5000)
+			for i := range data {
+				data[i] = float32((i+c.Rank())%7 - 3)
+			}
+			if err := Allreduce(ctx, c, data, Sum, WithQuant(q)); err != nil {
+				return err
+			}
+			tol := 0.0
+			if q == QuantQ8 {
+				tol = 8 * 4 * 3.0 / 127 // (4 contributions + result) steps of scale <= 3*4 / 127
+			}
+			for i, v := range data {
+				want := 0.0
+				for r := 0; r < 4; r++ {
+					want += float64((i+r)%7 - 3)
+				}
+				if d := float64(v) - want; d > tol || d < -tol {
+					return fmt.Errorf("%v: element %d = %v, want %v", q, i, v, want)
+				}
+			}
+		}
+		return Allreduce(ctx, c, []float32{1}, Max, WithQuant(QuantQ4)) // sum only
 	})
 	for r, err := range errs {
 		assert.ErrorIs(t, err, ErrInvalid, "rank %d", r)

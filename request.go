@@ -2,6 +2,7 @@ package sparcml
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/sparcml/sparcml/collectives"
@@ -96,7 +97,9 @@ func (c *Comm) run(ctx context.Context, kind string, fn opFunc, opts []CallOptio
 	}
 	op, cancel := c.nextOp(ctx)
 	defer cancel()
+	c.track(op.Seq)
 	_, err := fn(op, c.callConfig(opts))
+	c.untrack(op.Seq, err)
 	return err
 }
 
@@ -112,12 +115,45 @@ func (c *Comm) start(ctx context.Context, kind string, fn opFunc, opts []CallOpt
 	op, cancel := c.nextOp(ctx)
 	r.seq = op.Seq
 	cc := c.callConfig(opts)
+	c.track(op.Seq)
 	go func() {
 		defer cancel()
 		r.algo, r.err = fn(op, cc)
+		c.untrack(op.Seq, r.err)
 		close(r.done)
 	}()
 	return r
+}
+
+// track records an operation in flight.
+func (c *Comm) track(seq uint64) {
+	c.inflightMu.Lock()
+	defer c.inflightMu.Unlock()
+	if c.inflight == nil {
+		c.inflight = make(map[uint64]struct{})
+	}
+	c.inflight[seq] = struct{}{}
+}
+
+// untrack removes a finished operation. A mismatch means the ranks started
+// operations in different orders, so the other operations in flight may
+// be waiting for messages that will never come (a rank is running another
+// collective at that sequence number): they are failed on every rank too,
+// instead of waiting for their deadline.
+func (c *Comm) untrack(seq uint64, err error) {
+	c.inflightMu.Lock()
+	delete(c.inflight, seq)
+	var others []uint64
+	if errors.Is(err, ErrMismatch) {
+		for s := range c.inflight {
+			others = append(others, s)
+		}
+	}
+	c.inflightMu.Unlock()
+	for _, s := range others {
+		c.t.FailOp(c.id, s, fmt.Errorf("%w: abandoned: operation %d mismatched across ranks, so operations were started in a different order on some ranks: %v",
+			ErrMismatch, seq, err))
+	}
 }
 
 func (c *Comm) usable(kind string) error {

@@ -94,6 +94,9 @@ type Comm struct {
 	seqMu sync.Mutex
 	seq   uint64
 
+	inflightMu sync.Mutex
+	inflight   map[uint64]struct{} // collectives started and not finished
+
 	p2pMu  sync.Mutex
 	p2pSeq map[p2pKey]uint64
 

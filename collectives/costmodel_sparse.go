@@ -2,8 +2,10 @@ package collectives
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 
+	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/sparse"
 )
 
@@ -28,6 +30,9 @@ type spSupports interface {
 	// union is the number of distinct indices in [lo, hi) held by at least
 	// one of ranks.
 	union(ranks []int, lo, hi int) float64
+	// indexBytes is the size of the compressed index stream
+	// (quant.EncodeIndices, IndexAuto) of that union, rebased to lo.
+	indexBytes(ranks []int, lo, hi int) float64
 }
 
 // spUniform estimates with independent, uniformly spread supports: rank r
@@ -56,6 +61,42 @@ func (u spUniform) union(ranks []int, lo, hi int) float64 {
 	return float64(hi-lo) * (1 - miss)
 }
 
+func (u spUniform) indexBytes(ranks []int, lo, hi int) float64 {
+	return spIndexBytesEstimate(u.union(ranks, lo, hi), hi-lo)
+}
+
+// spIndexBytesEstimate is the expected size of the index stream of k
+// indices spread uniformly at random over n positions. The stored gaps
+// (distance minus one) are then close to independent geometric variables,
+// P(gap >= m) = (1-d)^m with d = k/n, which gives in closed form the
+// expected bytes of a varint gap (1 plus the chance of passing each 7-bit
+// boundary) and the expected bit width of a bit-packed block of 128 gaps
+// (the sum over j of P(largest gap >= 2^j)); the stream takes the
+// smaller of the two, as IndexAuto does.
+func spIndexBytesEstimate(k float64, n int) float64 {
+	if k < 0.5 || n <= 0 {
+		return 2 // method and a zero count
+	}
+	d := min(k/float64(n), 1)
+	tail := func(m float64) float64 { return math.Pow(1-d, m) }
+	header := float64(1 + spVarintLen(uint64(k)) + spVarintLen(uint64(float64(n)/(k+1))))
+	gaps := max(k-1, 0)
+	if gaps == 0 {
+		return header
+	}
+	varint := 1 + tail(1<<7) + tail(1<<14) + tail(1<<21) + tail(1<<28)
+	block := min(gaps, quant.IndexBlockSize)
+	width := 0.0
+	for j := range 32 {
+		width += 1 - math.Pow(1-tail(float64(uint64(1)<<j)), block)
+	}
+	bitpack := width/8 + 1/block // plus one width byte per block
+	return header + gaps*min(varint, bitpack)
+}
+
+// spVarintLen is the length of v as a LEB128 varint.
+func spVarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
+
 // spExact counts on the real supports (nil with dense[r] for a dense input).
 type spExact struct {
 	idx   [][]uint32
@@ -82,6 +123,29 @@ func (e spExact) union(ranks []int, lo, hi int) float64 {
 	return float64(len(slices.Compact(all)))
 }
 
+func (e spExact) indexBytes(ranks []int, lo, hi int) float64 {
+	var all []uint32
+	for _, r := range ranks {
+		if e.dense[r] {
+			all = all[:0]
+			for i := lo; i < hi; i++ {
+				all = append(all, uint32(i-lo))
+			}
+			break
+		}
+		s := e.idx[r]
+		for _, x := range s[spLowerBound(s, lo):spLowerBound(s, hi)] {
+			all = append(all, x-uint32(lo))
+		}
+	}
+	slices.Sort(all)
+	n, err := quant.IndicesSize(slices.Compact(all), quant.IndexAuto)
+	if err != nil {
+		return math.Inf(1) // unsorted input: SparseAllreduce refuses it
+	}
+	return float64(n)
+}
+
 func spLowerBound(idx []uint32, x int) int {
 	lo, hi := 0, len(idx)
 	for lo < hi {
@@ -105,6 +169,51 @@ func spMsgBytes(nnz float64, n, s int) float64 {
 		return sparse.HeaderSize + denseBytes
 	}
 	return sparse.HeaderSize + sparseBytes
+}
+
+// spWire is how entries travel: exact values of s bytes in the version-1
+// encoding, or with a lossy codec values in the codec's stream and
+// indices compressed (sparse.QuantCoder).
+type spWire struct {
+	s      int        // value size in memory, and on the wire when exact
+	kind   quant.Kind // quant.None: exact
+	bucket int        // of the stochastic kinds
+}
+
+func spWireOf[T Float](kind quant.Kind) spWire {
+	return spWireFor(sparse.ValueSize[T](), kind)
+}
+
+func spWireFor(valueSize int, kind quant.Kind) spWire {
+	w := spWire{s: valueSize, kind: kind}
+	if kind.Stochastic() {
+		w.bucket = quant.DefaultBucketSize
+	}
+	return w
+}
+
+func (w spWire) lossy() bool { return !w.kind.Lossless() }
+
+// values is the size of the value stream of n (rounded) values.
+func (w spWire) values(n float64) float64 {
+	return float64(sparse.QuantValueBytes(w.kind, w.bucket, uint64(math.Round(max(n, 0)))))
+}
+
+// msg is the size of the encoding of a range of n positions holding nnz
+// stored entries, and whether it goes dense. Exact values: spMsgBytes.
+// Lossy: dense when the range is dense in memory, else by the same
+// comparison as sparse.AppendEncodeRangeQuant, idx being the size of the
+// index stream.
+func (w spWire) msg(nnz float64, n int, idx float64, memDense bool) (float64, bool) {
+	if !w.lossy() {
+		b := spMsgBytes(nnz, n, w.s)
+		return b, b == sparse.HeaderSize+float64(n*w.s)
+	}
+	dense := sparse.QuantHeaderSize + w.values(float64(n))
+	if memDense || w.values(nnz)+idx >= w.values(float64(n)) {
+		return dense, true
+	}
+	return sparse.QuantHeaderSize + w.values(nnz) + idx, false
 }
 
 // spPlan accumulates a prediction phase by phase.
@@ -176,12 +285,17 @@ func (pl *spPlan) bruck(size []float64, reduceFactor float64) {
 }
 
 // spPredict is the schedule of algorithm a over p ranks, dimension dim,
-// values of s bytes, range bounds for the split algorithms.
-func spPredict(m CostModel, a Algo, p, dim, s int, sup spSupports, bounds []int) SparsePrediction {
+// entries sent as w says, range bounds for the split algorithms.
+func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds []int) SparsePrediction {
 	pl := newSpPlan(m, p)
+	if w.lossy() && a == AlgoSSARRecursiveDoubling {
+		pl.seconds = math.Inf(1) // refused: it would re-quantize every round
+		return pl.result(a)
+	}
 	if p <= 1 {
 		return pl.result(a)
 	}
+	s := w.s
 	all := make([]int, p)
 	for r := range all {
 		all[r] = r
@@ -225,11 +339,16 @@ func spPredict(m CostModel, a Algo, p, dim, s int, sup spSupports, bounds []int)
 		if a == AlgoSSARSplitAllgather {
 			reduce = math.Log2(float64(p))
 		}
+		// A piece that travels dense arrives dense, and the owner's sum
+		// of its range is then dense in memory (sparse.SumAll).
+		gotDense := make([]bool, p)
 		for r := range p {
 			for q := range p {
 				if q != r {
 					n := bounds[q+1] - bounds[q]
-					pl.msg(r, q, spMsgBytes(sup.count(r, bounds[q], bounds[q+1]), n, s), reduce)
+					b, dense := w.msg(sup.count(r, bounds[q], bounds[q+1]), n, spIdx(w, sup, []int{r}, bounds[q], bounds[q+1]), false)
+					gotDense[q] = gotDense[q] || dense
+					pl.msg(r, q, b, reduce)
 				}
 			}
 		}
@@ -238,16 +357,18 @@ func spPredict(m CostModel, a Algo, p, dim, s int, sup spSupports, bounds []int)
 		for q := range p {
 			n := bounds[q+1] - bounds[q]
 			if a == AlgoDSAR {
-				size[q] = float64(sparse.HeaderSize + n*s)
-			} else {
-				size[q] = spMsgBytes(sup.union(all, bounds[q], bounds[q+1]), n, s)
+				size[q], _ = w.msg(float64(n), n, 0, true)
+				continue
 			}
+			union := sup.union(all, bounds[q], bounds[q+1])
+			memDense := gotDense[q] || sparse.PreferDense(int(math.Round(union)), n, s)
+			size[q], _ = w.msg(union, n, spIdx(w, sup, all, bounds[q], bounds[q+1]), memDense)
 		}
 		pl.bruck(size, 0)
 	case AlgoSparseAllgather:
 		size := make([]float64, p)
 		for r := range p {
-			size[r] = spMsgBytes(sup.count(r, 0, dim), dim, s)
+			size[r], _ = w.msg(sup.count(r, 0, dim), dim, spIdx(w, sup, []int{r}, 0, dim), false)
 		}
 		// The local k-way merge touches every received byte log2(P) times.
 		pl.bruck(size, math.Log2(float64(p)))
@@ -257,13 +378,31 @@ func spPredict(m CostModel, a Algo, p, dim, s int, sup spSupports, bounds []int)
 	return pl.result(a)
 }
 
+// spIdx is the index stream size of a union for a lossy wire (the exact
+// encoding does not need it).
+func spIdx(w spWire, sup spSupports, ranks []int, lo, hi int) float64 {
+	if !w.lossy() {
+		return 0
+	}
+	return sup.indexBytes(ranks, lo, hi)
+}
+
 // PredictSparse estimates algorithm a (not AlgoAuto) on p ranks for a
 // dimension-dim vector of valueSize-byte values when rank r brings nnz[r]
 // entries, assuming independent uniformly spread supports (identical
 // supports make the real fill-in smaller, clustered ones make one split
 // owner hotter). Equal ranges are assumed for the split algorithms.
 func (m CostModel) PredictSparse(a Algo, p, dim, valueSize int, nnz []int) SparsePrediction {
-	return spPredict(m, a, p, dim, valueSize, spUniform{nnz: nnz, dim: dim}, nil)
+	return m.PredictSparseQuant(a, p, dim, valueSize, quant.None, nnz)
+}
+
+// PredictSparseQuant is PredictSparse with values sent in codec kind (see
+// SparseOptions.Quant): value bytes from the codec's stream size, index
+// bytes from the expected size of the compressed index stream of
+// uniformly spread indices. AlgoSSARRecursiveDoubling costs +Inf under a
+// lossy kind, which SparseAllreduce refuses.
+func (m CostModel) PredictSparseQuant(a Algo, p, dim, valueSize int, kind quant.Kind, nnz []int) SparsePrediction {
+	return spPredict(m, a, p, dim, spWireFor(valueSize, kind), spUniform{nnz: nnz, dim: dim}, nil)
 }
 
 // ChooseSparse returns the sparse allreduce algorithm PredictSparse finds
@@ -271,9 +410,13 @@ func (m CostModel) PredictSparse(a Algo, p, dim, valueSize int, nnz []int) Spars
 // arguments, which SparseAllreduce first makes identical on every rank,
 // so every rank chooses the same.
 func (m CostModel) ChooseSparse(p, dim, valueSize int, nnz []int) Algo {
-	best, bestTime := AlgoSSARRecursiveDoubling, math.Inf(1)
+	return m.chooseSparse(p, dim, spWireFor(valueSize, quant.None), nnz)
+}
+
+func (m CostModel) chooseSparse(p, dim int, w spWire, nnz []int) Algo {
+	best, bestTime := AlgoSSARSplitAllgather, math.Inf(1)
 	for _, a := range sparseAlgos {
-		if t := m.PredictSparse(a, p, dim, valueSize, nnz).Seconds; t < bestTime {
+		if t := spPredict(m, a, p, dim, w, spUniform{nnz: nnz, dim: dim}, nil).Seconds; t < bestTime {
 			best, bestTime = a, t
 		}
 	}
@@ -287,8 +430,21 @@ func (m CostModel) ChooseSparse(p, dim, valueSize int, nnz []int) Algo {
 // the dense algorithm the model picks for dim values (AlgoRing,
 // AlgoRabenseifner or AlgoRecursiveDoubling).
 func (m CostModel) ChooseSparseOrDense(p, dim, valueSize int, nnz []int) Algo {
-	sparseAlgo := m.ChooseSparse(p, dim, valueSize, nnz)
-	sparseTime := m.PredictSparse(sparseAlgo, p, dim, valueSize, nnz).Seconds
+	return m.chooseSparseOrDense(p, dim, spWireFor(valueSize, quant.None), nnz)
+}
+
+// ChooseSparseOrDenseQuant is ChooseSparseOrDense for values sent in
+// codec kind: the sparse candidates are priced at their encoded sizes
+// (AlgoSSARRecursiveDoubling excluded under a lossy kind), the dense end
+// at full precision, which is what SparseAllreduce runs there.
+func (m CostModel) ChooseSparseOrDenseQuant(p, dim, valueSize int, kind quant.Kind, nnz []int) Algo {
+	return m.chooseSparseOrDense(p, dim, spWireFor(valueSize, kind), nnz)
+}
+
+func (m CostModel) chooseSparseOrDense(p, dim int, w spWire, nnz []int) Algo {
+	sparseAlgo := m.chooseSparse(p, dim, w, nnz)
+	sparseTime := spPredict(m, sparseAlgo, p, dim, w, spUniform{nnz: nnz, dim: dim}, nil).Seconds
+	valueSize := w.s
 	bytes := dim * valueSize
 	denseAlgo := m.ChooseAllreduce(bytes, p)
 	denseTime := m.allreduceTime(denseAlgo, bytes, p) + float64(bytes)*m.Gamma // + densifying the input
@@ -301,7 +457,9 @@ func (m CostModel) ChooseSparseOrDense(p, dim, valueSize int, nnz []int) Algo {
 // PredictSparseExact returns the exact payload bytes and messages every
 // rank sends when SparseAllreduce runs algorithm a (SparseStats.Algo) with
 // opts on inputs (inputs[r] is rank r's), the counts exchange included when
-// opts asks for it. bounds are SparseStats.Bounds (nil for equal ranges).
+// opts asks for it. With a lossy opts.Quant it computes the compressed
+// index streams of the real supports and the codec's stream sizes, so it
+// stays exact. bounds are SparseStats.Bounds (nil for equal ranges).
 // Benchmarks compare it with the transport's counters.
 func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T], opts SparseOptions, bounds []int) SparsePrediction {
 	p := len(inputs)
@@ -323,7 +481,7 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 			pred.BytesSent[r] = AllreduceBytesSent(a, dim, vs, p, r)
 		}
 	} else {
-		pred = spPredict(m, a, p, dim, sparse.ValueSize[T](), ex, bounds)
+		pred = spPredict(m, a, p, dim, spWireOf[T](opts.Quant), ex, bounds)
 	}
 	if p > 1 && (opts.Algo == AlgoAuto || opts.Balanced) {
 		size := make([]int64, p)

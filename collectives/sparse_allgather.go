@@ -3,6 +3,7 @@ package collectives
 import (
 	"fmt"
 
+	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/sparse"
 	"github.com/sparcml/sparcml/transport"
 )
@@ -28,7 +29,9 @@ func allgatherAllreduce[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 }
 
 // allgatherInputs gathers every rank's input, each in the smaller
-// encoding; parts[c.rank] is the input itself.
+// encoding; parts[c.rank] is the input itself, or with a lossy codec the
+// decoding of the bytes this rank sent (each input is quantized once, by
+// its rank, and every rank then sums the same values).
 func (c *spCall[T]) allgatherInputs() ([]*sparse.Vector[T], error) {
 	enc, err := c.encode(c.sc.get(sparse.CompactSize(c.in.NNZ(), c.in.Dim, sparse.ValueSize[T]()))[:0], c.in, 0, c.in.Dim)
 	if err != nil {
@@ -41,7 +44,7 @@ func (c *spCall[T]) allgatherInputs() ([]*sparse.Vector[T], error) {
 	}
 	parts := make([]*sparse.Vector[T], c.p)
 	for q, b := range blobs {
-		if q == c.rank {
+		if q == c.rank && c.q == nil {
 			parts[q] = c.in
 			continue
 		}
@@ -60,10 +63,33 @@ func (c *spCall[T]) allgatherInputs() ([]*sparse.Vector[T], error) {
 // pass the same dimension; in must be valid, or the operation fails on
 // every rank.
 func SparseAllgather[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Vector[T]) ([]*sparse.Vector[T], error) {
+	return SparseAllgatherWith(op, in, out, SparseAllgatherOptions{})
+}
+
+// SparseAllgatherOptions tunes SparseAllgatherWith. Every rank must pass
+// the same Quant (it travels in the descriptor's Reduce field, so a
+// mismatch fails with ErrMismatch on every rank).
+type SparseAllgatherOptions struct {
+	// Quant is the value codec on the wire (see SparseOptions.Quant);
+	// quant.None sends exact values.
+	Quant quant.Kind
+	// QuantSeed seeds a stochastic codec: different on every rank and call.
+	QuantSeed uint64
+}
+
+// SparseAllgatherWith is SparseAllgather with options. With a lossy codec
+// each rank's vector is quantized once, by its rank, and every rank,
+// that one included, receives the decoding of the same bytes: out is
+// bit-identical on every rank, each vector within one quantization of
+// the input (indices exact). With one rank nothing is quantized.
+func SparseAllgatherWith[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Vector[T], opts SparseAllgatherOptions) ([]*sparse.Vector[T], error) {
 	if err := sparseCheckOp(op); err != nil {
 		return out, err
 	}
-	op.Desc = transport.Desc{Kind: transport.OpSparseAllgather, DType: uint8(DTypeOf[T]()), Algo: uint8(AlgoDirect)}
+	op.Desc = transport.Desc{Kind: transport.OpSparseAllgather, DType: uint8(DTypeOf[T]()), Reduce: uint8(opts.Quant), Algo: uint8(AlgoDirect)}
+	if !opts.Quant.Valid() {
+		return out, sparseFailInvalid(op, "unknown value codec %v", opts.Quant)
+	}
 	if in == nil {
 		return out, sparseFailInvalid(op, "SparseAllgather needs an input vector")
 	}
@@ -74,6 +100,9 @@ func SparseAllgather[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Vector
 	c := &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), sc: spScratch{pool: op.Pool}}
 	parts := []*sparse.Vector[T]{in}
 	if c.p > 1 {
+		if err := c.setQuant(opts.Quant, opts.QuantSeed); err != nil {
+			return out, err
+		}
 		var err error
 		if parts, err = c.allgatherInputs(); err != nil {
 			c.sc.abandon()

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/sparse"
 	"github.com/sparcml/sparcml/transport"
 )
@@ -30,6 +31,23 @@ type SparseOptions struct {
 	// DenseOut asks for the result in dense form even when sparse is
 	// smaller (the output vector's Values buffer is reused).
 	DenseOut bool
+	// Quant is the value codec on the wire; every rank must pass the
+	// same. quant.None (the zero value) sends exact values, as before
+	// the option existed. A lossy kind (FP16, BF16, Q8, Q4, Q2) sends
+	// every message's values in that codec and its indices compressed
+	// losslessly (sparse.QuantCoder), quantizing each contribution once
+	// and each reduced range once: AlgoSSARSplitAllgather, AlgoDSAR and
+	// AlgoSparseAllgather support it; AlgoSSARRecursiveDoubling, which
+	// would re-quantize partial sums at every round, is refused
+	// (ErrInvalid) and never chosen by AlgoAuto; the dense end of the
+	// switch (AlgoRing, AlgoRabenseifner, AlgoRecursiveDoubling) stays
+	// exact. With one rank nothing is quantized. The stochastic kinds use
+	// buckets of quant.DefaultBucketSize values.
+	Quant quant.Kind
+	// QuantSeed seeds a stochastic codec's rounding. Pass a different
+	// seed on every rank and every call: equal seeds make the ranks'
+	// rounding noise identical, so it adds up instead of averaging out.
+	QuantSeed uint64
 }
 
 // SparseStats describes one SparseAllreduce on this rank.
@@ -73,12 +91,17 @@ const (
 // naming the bad position. in is not modified; out is overwritten, reusing
 // its buffers, and comes back in whichever form is smaller (dense with
 // opts.DenseOut, or always with AlgoDSAR).
+//
+// The descriptor every message carries holds opts.Quant in its Reduce
+// field (the reduction is always a sum), so ranks that pass different
+// codecs fail with ErrMismatch on every rank instead of misreading each
+// other's bytes.
 func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOptions) (SparseStats, error) {
 	var st SparseStats
 	if err := sparseCheckOp(op); err != nil {
 		return st, err
 	}
-	op.Desc = transport.Desc{Kind: transport.OpSparseAllreduce, DType: uint8(DTypeOf[T]()), Algo: uint8(opts.Algo)}
+	op.Desc = transport.Desc{Kind: transport.OpSparseAllreduce, DType: uint8(DTypeOf[T]()), Reduce: uint8(opts.Quant), Algo: uint8(opts.Algo)}
 	if in == nil || out == nil || in == out {
 		return st, sparseFailInvalid(op, "SparseAllreduce needs distinct non-nil input and output vectors")
 	}
@@ -88,6 +111,13 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	}
 	if !isSparseAlgo(opts.Algo) && opts.Algo != AlgoAuto && !isAllreduceAlgo(opts.Algo) {
 		return st, sparseFailInvalid(op, "%v is not a sparse or dense allreduce algorithm", opts.Algo)
+	}
+	if !opts.Quant.Valid() {
+		return st, sparseFailInvalid(op, "unknown value codec %v", opts.Quant)
+	}
+	if !opts.Quant.Lossless() && opts.Algo == AlgoSSARRecursiveDoubling {
+		return st, sparseFailInvalid(op, "%v re-quantizes partial sums at every round; with the lossy codec %v use %v, %v or %v",
+			opts.Algo, opts.Quant, AlgoSSARSplitAllgather, AlgoDSAR, AlgoSparseAllgather)
 	}
 	if opts.Model == (CostModel{}) {
 		opts.Model = DefaultCostModel
@@ -100,7 +130,11 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 		st.NNZOut = out.NNZ()
 		return st, nil
 	}
+	if err := c.setQuant(opts.Quant, opts.QuantSeed); err != nil {
+		return st, err
+	}
 	algo := opts.Algo
+	wire := spWireOf[T](opts.Quant)
 	var ag *spAgreement
 	if opts.Algo == AlgoAuto || opts.Balanced {
 		var err error
@@ -109,14 +143,14 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 		}
 		st.Agreed, st.TotalNNZIn = true, ag.total()
 		if algo == AlgoAuto {
-			algo = opts.Model.ChooseSparseOrDense(c.p, in.Dim, sparse.ValueSize[T](), ag.nnz)
+			algo = opts.Model.chooseSparseOrDense(c.p, in.Dim, wire, ag.nnz)
 		}
 		if isAllreduceAlgo(algo) {
 			secs, bytes := opts.Model.PredictAllreduce(algo, in.Dim*sparse.ValueSize[T](), c.p)
 			st.PredictedBytes = bytes + ag.bytesSent[c.rank]
 			st.PredictedSeconds = secs + ag.seconds
 		} else {
-			pred := opts.Model.PredictSparse(algo, c.p, in.Dim, sparse.ValueSize[T](), ag.nnz)
+			pred := spPredict(opts.Model, algo, c.p, in.Dim, wire, spUniform{nnz: ag.nnz, dim: in.Dim}, nil)
 			st.PredictedBytes = pred.BytesSent[c.rank] + ag.bytesSent[c.rank]
 			st.PredictedSeconds = pred.Seconds + ag.seconds
 		}
@@ -155,7 +189,9 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 // denseSparseAllreduce is the dense end of the sparse-to-dense switch: the
 // input is densified into out and summed with a dense allreduce. The
 // model picks it when the inputs are dense enough that no sparse schedule
-// beats moving the whole vector.
+// beats moving the whole vector. It is exact whatever SparseOptions.Quant
+// says: the dense quantized allreduce is a separate call
+// (QuantizedAllreduce), and the model prices this path at full precision.
 func denseSparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], algo Algo, model CostModel) error {
 	values := in.ToDense(out.Values[:0])
 	out.Dim, out.Dense, out.Values = in.Dim, true, values
@@ -184,7 +220,29 @@ type spCall[T Float] struct {
 	p, rank int
 	bounds  []int
 	sc      spScratch
+	// q is the coder of a lossy value codec, nil for exact values.
+	q *sparse.QuantCoder
 }
+
+// setQuant sets up the value codec of a call: nothing for quant.None.
+func (c *spCall[T]) setQuant(kind quant.Kind, seed uint64) error {
+	if kind.Lossless() {
+		return nil
+	}
+	q, _ := spCoderPool.Get().(*sparse.QuantCoder)
+	if q == nil {
+		q = &sparse.QuantCoder{}
+	}
+	if err := q.Reset(kind, quant.Options{Seed: seed}); err != nil {
+		return c.op.Fail(fmt.Errorf("%w: %w", transport.ErrInvalid, err))
+	}
+	c.q, c.sc.coder = q, q
+	return nil
+}
+
+// spCoderPool keeps quantized coders, whose scratch space grows to the
+// largest message encoded, between calls.
+var spCoderPool sync.Pool
 
 // finish writes res into out: dense when asked, else in res's form (which
 // the kernels keep the smaller one), switching a sparse input that is past
@@ -207,11 +265,18 @@ func (c *spCall[T]) vector() *sparse.Vector[T] {
 	return v
 }
 
-// encode appends v's slice [lo, hi) in its smaller encoding; v is valid
-// (checked input or a kernel's output), so an error is a bug, reported on
-// every rank rather than a panic.
+// encode appends v's slice [lo, hi) in its smaller encoding, quantized
+// when the call has a lossy codec; v is valid (checked input or a
+// kernel's output), so an error is a bug, reported on every rank rather
+// than a panic.
 func (c *spCall[T]) encode(dst []byte, v *sparse.Vector[T], lo, hi int) ([]byte, error) {
-	b, err := v.AppendEncodeRange(dst, lo, hi)
+	var b []byte
+	var err error
+	if c.q != nil {
+		b, err = v.AppendEncodeRangeQuant(dst, lo, hi, c.q)
+	} else {
+		b, err = v.AppendEncodeRange(dst, lo, hi)
+	}
 	if err != nil {
 		return nil, c.op.Fail(err)
 	}
@@ -229,7 +294,13 @@ func (c *spCall[T]) resultGuess() int {
 // decode decodes a peer's message into v and checks its dimension: a
 // message that does not decode fails the operation everywhere.
 func (c *spCall[T]) decode(v *sparse.Vector[T], b []byte, peer, dim int) error {
-	if err := v.Decode(b); err != nil {
+	var err error
+	if c.q != nil {
+		err = v.DecodeQuant(b, c.q)
+	} else {
+		err = v.Decode(b)
+	}
+	if err != nil {
 		return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, peer, err))
 	}
 	if v.Dim != dim {
@@ -270,6 +341,7 @@ type spScratch struct {
 	pool    *Buffers
 	bufs    [][]byte
 	vectors []spPooled
+	coder   *sparse.QuantCoder // of a lossy codec, nil otherwise
 }
 
 // spPooled is a scratch vector of any value type, to return to its pool.
@@ -327,12 +399,15 @@ func (s *spScratch) release() {
 			s.pool.Put(b)
 		}
 	}
-	s.bufs, s.vectors = nil, nil
+	if s.coder != nil {
+		spCoderPool.Put(s.coder)
+	}
+	s.bufs, s.vectors, s.coder = nil, nil, nil
 }
 
 // abandon drops the buffers after a failure: a send may still be reading
 // one, so they are left to the garbage collector instead of the pool.
-func (s *spScratch) abandon() { s.bufs, s.vectors = nil, nil }
+func (s *spScratch) abandon() { s.bufs, s.vectors, s.coder = nil, nil, nil }
 
 func sparseCheckOp(op *Op) error {
 	if op == nil || op.T == nil || op.Ctx == nil {

@@ -21,6 +21,13 @@ import (
 // Messages: P-1 + ceil(log2 P). Bytes sent per rank: about k*c*(P-1)/P in
 // step 1 and K*c*(P-1)/P in step 3 (K the result's entries), each range
 // capped at its dense size.
+//
+// With a lossy codec (c.q) each piece of step 1 is quantized once by its
+// sender, the owner decodes and sums in T (its own slice exact), and in
+// step 3 the owner quantizes its reduced range once: the allgather
+// forwards those bytes unchanged, and the owner replaces its range with
+// their decoding too, so the result is bit-identical everywhere with two
+// quantizations per contribution path.
 func ssarSplitAllgather[T Float](c *spCall[T], out *sparse.Vector[T], denseOut bool) error {
 	parts, err := c.scatterToOwners()
 	if err != nil {
@@ -138,7 +145,9 @@ func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) erro
 	tmp := c.vector()
 	for q, b := range blobs {
 		rng := red
-		if q != c.rank {
+		// With a lossy codec the owner too takes the decoding of the
+		// bytes it sent, so that every rank holds the same bits.
+		if q != c.rank || c.q != nil {
 			if err := c.decode(tmp, b, q, c.bounds[q+1]-c.bounds[q]); err != nil {
 				return err
 			}

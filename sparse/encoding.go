@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"unsafe"
+
+	"github.com/sparcml/sparcml/quant"
 )
 
 // The wire encoding of a vector, little-endian:
@@ -145,24 +147,32 @@ func appendHeader(dst []byte, form, typ byte, count, dim int) []byte {
 
 // header is a parsed, checked header.
 type header struct {
-	dense bool
-	typ   byte
-	count int
-	dim   int
-	size  int // total encoded size
+	version byte
+	dense   bool
+	typ     byte
+	count   int
+	dim     int
+	size    int // total encoded size
+
+	// Version 2 (quantized) only.
+	kind     quant.Kind
+	bucket   int
+	idxBytes int
 }
 
-// parseHeader checks the header at the start of b and computes the total
-// size it announces, without trusting any field: the size is computed in
-// 64 bits and compared with what is there before anything is allocated.
+// parseHeader checks the header at the start of b, exact (version 1) or
+// quantized (version 2), and computes the total size it announces,
+// without trusting any field: the size is computed in 64 bits and
+// compared with what is there before anything is allocated.
 func parseHeader(b []byte) (header, error) {
 	var h header
 	if len(b) < HeaderSize {
 		return h, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), HeaderSize)
 	}
-	if b[0] != magic || b[1] != version {
+	if b[0] != magic || (b[1] != version && b[1] != versionQuant) {
 		return h, fmt.Errorf("%w: bad magic/version %#x/%d", ErrCorrupt, b[0], b[1])
 	}
+	h.version = b[1]
 	h.typ = b[3]
 	var s uint64
 	switch h.typ {
@@ -196,6 +206,9 @@ func parseHeader(b []byte) (header, error) {
 		return h, fmt.Errorf("%w: unknown form %d", ErrCorrupt, b[2])
 	}
 	h.count, h.dim = int(count), int(dim)
+	if h.version == versionQuant {
+		return h, parseQuantHeader(b, &h)
+	}
 	h.size = HeaderSize + int(payload)
 	return h, nil
 }
@@ -225,6 +238,9 @@ func (v *Vector[T]) Decode(b []byte) error {
 	h, err := parseHeader(b)
 	if err != nil {
 		return err
+	}
+	if h.version != version {
+		return fmt.Errorf("%w: quantized (version %d) encoding where an exact one was expected", ErrCorrupt, h.version)
 	}
 	if h.size != len(b) {
 		return fmt.Errorf("%w: header announces %d bytes, message has %d", ErrCorrupt, h.size, len(b))

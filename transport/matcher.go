@@ -24,6 +24,8 @@ type Matcher struct {
 	failed     map[opKey]error
 	failedFIFO []opKey
 	gone       map[int]error // peers that closed gracefully
+	opKind     map[opKey]OpKind
+	opKindFIFO []opKey
 	err        error
 }
 
@@ -65,6 +67,7 @@ func NewMatcher(rank int, limit int64) *Matcher {
 		claimed:    make(map[*Request]struct{}),
 		failed:     make(map[opKey]error),
 		gone:       make(map[int]error),
+		opKind:     make(map[opKey]OpKind),
 	}
 	m.space = sync.NewCond(&m.mu)
 	return m
@@ -84,6 +87,11 @@ func (m *Matcher) Post(peer int, tag Tag, desc Desc, buf []byte) *Request {
 	if err, ok := m.failed[opKey{tag.Comm, tag.Seq}]; ok {
 		m.mu.Unlock()
 		req.Complete(nil, err)
+		return req
+	}
+	if bad, peerOf, ok := m.recordKind(tag, desc); !ok {
+		m.mu.Unlock()
+		req.Complete(nil, m.mismatch(peerOf, tag, desc, bad))
 		return req
 	}
 	msg, ok := m.unexpected[k]
@@ -124,6 +132,51 @@ func (m *Matcher) Post(peer int, tag Tag, desc Desc, buf []byte) *Request {
 	return req
 }
 
+// recordKind remembers which collective this rank runs at (comm, seq) and
+// checks the messages already waiting for that operation: a peer running
+// another collective at the same sequence number may send at steps this
+// rank never posts, so comparing descriptors only message by message could
+// miss it and leave both sides waiting. Returns ok false with the first
+// conflicting message's descriptor and sender. Called with m.mu held.
+func (m *Matcher) recordKind(tag Tag, desc Desc) (bad Desc, peer int, ok bool) {
+	op := opKey{tag.Comm, tag.Seq}
+	if _, known := m.opKind[op]; !known {
+		m.opKind[op] = desc.Kind
+		m.opKindFIFO = append(m.opKindFIFO, op)
+		if len(m.opKindFIFO) > maxFailedOps {
+			delete(m.opKind, m.opKindFIFO[0])
+			m.opKindFIFO = m.opKindFIFO[1:]
+		}
+	}
+	for k, msg := range m.unexpected {
+		if k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq && !compatibleKinds(desc.Kind, msg.desc.Kind) {
+			return msg.desc, k.peer, false
+		}
+	}
+	return Desc{}, 0, true
+}
+
+// failKindMismatch fails every posted receive of the operation a message
+// of another collective kind arrived for. Called with m.mu held.
+func (m *Matcher) failKindMismatch(peer int, tag Tag, remote Desc) {
+	for k, p := range m.posted {
+		if k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq {
+			delete(m.posted, k)
+			p.req.Complete(nil, m.mismatch(peer, tag, p.desc, remote))
+		}
+	}
+}
+
+// compatibleKinds: a sparse allreduce may finish as a dense allreduce (the
+// dense end of the sparse-to-dense switch); every other pair must match.
+func compatibleKinds(a, b OpKind) bool {
+	if a == b {
+		return true
+	}
+	sparseDense := func(x, y OpKind) bool { return x == OpSparseAllreduce && y == OpAllreduce }
+	return sparseDense(a, b) || sparseDense(b, a)
+}
+
 func (m *Matcher) mismatch(peer int, tag Tag, local, remote Desc) error {
 	return &MismatchError{Tag: tag, Local: local, Peer: peer, Remote: remote, Rank: m.rank}
 }
@@ -142,6 +195,10 @@ func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (dst []byte, done f
 			return nil, nil, m.err
 		}
 		if _, ok := m.failed[opKey{tag.Comm, tag.Seq}]; ok {
+			return nil, func() {}, nil
+		}
+		if kind, known := m.opKind[opKey{tag.Comm, tag.Seq}]; known && !compatibleKinds(kind, desc.Kind) {
+			m.failKindMismatch(peer, tag, desc)
 			return nil, func() {}, nil
 		}
 		if p, ok := m.posted[k]; ok {
