@@ -33,12 +33,16 @@ const AlgoQuantizedSplit = collectives.AlgoQuantizedSplit
 func WithQuant(k Quant) CallOption { return func(c *callConfig) { c.quant = k } }
 
 // WithQuantBucket sets the number of values sharing one scale in the
-// stochastic encodings (default 1024).
+// stochastic encodings of dense allreduce (default 1024; sparse messages
+// always use 1024).
 func WithQuantBucket(n int) CallOption { return func(c *callConfig) { c.quantBucket = n } }
 
 // codecFor builds the codec of one call. The seed differs per rank and per
 // operation so rounding noise averages out across ranks and steps.
 func codecFor(cc callConfig, rank int, seq uint64) (quant.Codec, error) {
-	seed := uint64(rank+1)*0x9E3779B97F4A7C15 ^ seq*0xBF58476D1CE4E5B9
-	return quant.New(cc.quant, quant.Options{BucketSize: cc.quantBucket, Seed: seed})
+	return quant.New(cc.quant, quant.Options{BucketSize: cc.quantBucket, Seed: quantSeed(rank, seq)})
+}
+
+func quantSeed(rank int, seq uint64) uint64 {
+	return uint64(rank+1)*0x9E3779B97F4A7C15 ^ seq*0xBF58476D1CE4E5B9
 }

@@ -59,6 +59,7 @@ func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], st *SparseSta
 	return func(op *collectives.Op, cc callConfig) (Algo, error) {
 		s, err := collectives.SparseAllreduce(op, in, out, collectives.SparseOptions{
 			Algo: cc.algo, Model: c.model, Balanced: cc.balanced, DenseOut: cc.denseOut,
+			Quant: cc.quant, QuantSeed: quantSeed(op.Rank(), op.Seq),
 		})
 		*st = s
 		return s.Algo, err
@@ -79,8 +80,10 @@ func StartSparseAllgather[T Float](ctx context.Context, c *Comm, in *SparseVecto
 }
 
 func sparseAllgatherFn[T Float](in *SparseVector[T], out *[]*SparseVector[T]) opFunc {
-	return func(op *collectives.Op, _ callConfig) (Algo, error) {
-		res, err := collectives.SparseAllgather(op, in, *out)
+	return func(op *collectives.Op, cc callConfig) (Algo, error) {
+		res, err := collectives.SparseAllgatherWith(op, in, *out, collectives.SparseAllgatherOptions{
+			Quant: cc.quant, QuantSeed: quantSeed(op.Rank(), op.Seq),
+		})
 		*out = res
 		return collectives.AlgoDirect, err
 	}

@@ -101,7 +101,7 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 	var gathered []*sparse.Vector[T]
 	var dense []T
 	var stats sparcml.SparseStats
-	opts := []sparcml.CallOption{sparcml.WithAlgo(cfg.algo)}
+	opts := []sparcml.CallOption{sparcml.WithAlgo(cfg.algo), sparcml.WithQuant(cfg.quant)}
 	if cfg.balanced {
 		opts = append(opts, sparcml.WithBalancedRanges())
 	}
@@ -124,6 +124,11 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 			return len(gathered) == p
 		}
 		dense = out.ToDense(dense)
+		if cfg.quant != sparcml.QuantNone {
+			// Values are in [1, 8]: scale at most 8 per contribution, 8p
+			// for a reduced range.
+			return within(dense, ref, quantTolerance(cfg.quant, p)*2)
+		}
 		return equal(dense, ref)
 	}
 	times := make([]float64, cfg.iters)
@@ -174,7 +179,7 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 				row.PredictedBytes = max(row.PredictedBytes, collectives.AllreduceBytesSent(stats.Algo, n, vs, p, r))
 			}
 		} else {
-			pred := c.CostModel().PredictSparse(stats.Algo, p, n, vs, nnz)
+			pred := c.CostModel().PredictSparseQuant(stats.Algo, p, n, vs, cfg.quant, nnz)
 			for _, b := range pred.BytesSent {
 				row.PredictedBytes = max(row.PredictedBytes, b)
 			}
