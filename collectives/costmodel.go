@@ -10,7 +10,20 @@ import (
 // each algorithm's time and picks the cheapest. The formulas are
 // textbook (Thakur, Rabenseifner and Gropp, IJHPCA 2005) and are listed
 // with the algorithms in docs/ALGORITHMS.md.
-type CostModel struct{ Alpha, Beta, Gamma float64 }
+//
+// SparseGamma is the cost of reducing a byte of sparse entries by merging
+// sorted (index, value) streams, which is branchy and several times slower
+// than a dense add; 0 means sparseMergeFactor times Gamma. Only the sparse
+// algorithms use it.
+type CostModel struct{ Alpha, Beta, Gamma, SparseGamma float64 }
+
+// sparseGamma is SparseGamma or its default.
+func (m CostModel) sparseGamma() float64 {
+	if m.SparseGamma > 0 {
+		return m.SparseGamma
+	}
+	return m.Gamma * sparseMergeFactor
+}
 
 // DefaultCostModel roughly matches TCP over loopback or a 10-25 Gbit/s
 // network: 20 us per message, 2.5 GB/s on the wire and 4 GB/s for a
