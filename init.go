@@ -54,7 +54,8 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	if env.Rank == 0 {
 		m := c.model
-		logf("cost model: alpha %.1f us, beta %.2f GB/s, gamma %.2f GB/s", m.Alpha*1e6, 1e-9/m.Beta, 1e-9/m.Gamma)
+		logf("cost model: alpha %.1f us, beta %.2f GB/s, dense reduce %.2f GB/s, sparse merge %.2f GB/s",
+			m.Alpha*1e6, 1e-9/m.Beta, 1e-9/m.Gamma, 1e-9/m.SparseGamma)
 	}
 	return c, nil
 }
