@@ -155,12 +155,9 @@ func (s parentStore) Get(ctx context.Context, key string) ([]byte, error) {
 }
 func (s parentStore) Close() error { return nil }
 
-func setBuffers(tc *net.TCPConn) error {
-	if err := tc.SetReadBuffer(DefaultSocketBuffer); err != nil {
-		return err
-	}
-	return tc.SetWriteBuffer(DefaultSocketBuffer)
-}
+// setBuffers leaves a plain socket as Go makes it (kernel autotuning),
+// which is also the transport's default.
+func setBuffers(tc *net.TCPConn) error { return nil }
 
 // BenchmarkRawTCPProcesses: a plain Go TCP stream from a child process,
 // one Write and one io.ReadFull per message, into benchWindow rotating

@@ -327,11 +327,13 @@ func tuneConn(nc *net.TCPConn, cfg *Config) error {
 	if err := nc.SetNoDelay(true); err != nil {
 		return fmt.Errorf("set TCP_NODELAY: %w", err)
 	}
-	if err := nc.SetReadBuffer(cfg.SocketBuffer); err != nil {
-		return fmt.Errorf("set SO_RCVBUF: %w", err)
-	}
-	if err := nc.SetWriteBuffer(cfg.SocketBuffer); err != nil {
-		return fmt.Errorf("set SO_SNDBUF: %w", err)
+	if cfg.SocketBuffer > 0 {
+		if err := nc.SetReadBuffer(cfg.SocketBuffer); err != nil {
+			return fmt.Errorf("set SO_RCVBUF: %w", err)
+		}
+		if err := nc.SetWriteBuffer(cfg.SocketBuffer); err != nil {
+			return fmt.Errorf("set SO_SNDBUF: %w", err)
+		}
 	}
 	ka := net.KeepAliveConfig{Enable: true, Idle: cfg.PeerTimeout / 2, Interval: cfg.PeerTimeout / 6, Count: 3}
 	if err := nc.SetKeepAliveConfig(ka); err != nil {

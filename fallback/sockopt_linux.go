@@ -18,11 +18,13 @@ func socketControl(cfg *Config) func(network, address string, rc syscall.RawConn
 		var serr error
 		err := rc.Control(func(fd uintptr) {
 			s := int(fd)
-			if serr = unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.SocketBuffer); serr != nil {
-				return
-			}
-			if serr = unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.SocketBuffer); serr != nil {
-				return
+			if cfg.SocketBuffer > 0 {
+				if serr = unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.SocketBuffer); serr != nil {
+					return
+				}
+				if serr = unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.SocketBuffer); serr != nil {
+					return
+				}
 			}
 			serr = unix.SetsockoptInt(s, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(cfg.PeerTimeout/time.Millisecond))
 		})
