@@ -132,8 +132,25 @@ func (c *Comm) Abort(err error) {
 	c.t.Abort(err)
 }
 
-// Close releases the communicator. Pending operations fail with ErrClosed.
+// Close releases the communicator. For a communicator made by Init it is
+// collective, like MPI_Finalize: it first waits, for at most
+// closeQuiesce (or the default timeout when shorter), until every rank
+// has reached Close, so a rank that finished early does not tear down
+// connections a slower rank still needs for its last operation. Pending
+// operations then fail with ErrClosed.
 func (c *Comm) Close() error {
+	if c.closed.Load() {
+		return nil
+	}
+	if c.store != nil && c.Size() > 1 && c.t.Err() == nil {
+		wait := closeQuiesce
+		if c.timeout > 0 && c.timeout < wait {
+			wait = c.timeout
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		_ = c.Barrier(ctx) // best effort: a dead or absent rank only delays Close
+		cancel()
+	}
 	if c.closed.Swap(true) {
 		return nil
 	}
@@ -145,6 +162,9 @@ func (c *Comm) Close() error {
 	}
 	return err
 }
+
+// closeQuiesce bounds how long Close waits for the other ranks.
+const closeQuiesce = 30 * time.Second
 
 // nextOp assigns the next sequence number and returns the op with its
 // context bounded by the default timeout.
