@@ -3,6 +3,7 @@ package rdma
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,8 @@ type Config struct {
 	// transports can be set up through one store.
 	KeyPrefix string
 	// EagerLimit is the largest message sent eagerly through the ring
-	// (default 8 KiB); larger ones use rendezvous (zero copy).
+	// (default 8 KiB, or SPARCML_RDMA_EAGER bytes); larger ones use
+	// rendezvous (zero copy). Every rank must use the same value.
 	EagerLimit int
 	// Slots is the number of ring slots per peer (default 32): the eager
 	// messages one rank may have in flight to another.
@@ -45,8 +47,13 @@ type Config struct {
 	// peer is noticed even by a rank that only receives (default 1 s).
 	KeepAlive time.Duration
 	// Spin is how long the progress loop busy-polls an idle completion
-	// queue before blocking on its completion channel (default 50 us).
+	// queue before blocking on its completion channel (default 50 us, or
+	// SPARCML_RDMA_SPIN); negative blocks at once.
 	Spin time.Duration
+	// NoAdvertise turns off receiver-advertised rendezvous (a receive
+	// posted before its RTS offers its buffer at once); also
+	// SPARCML_RDMA_ADVERTISE=0.
+	NoAdvertise bool
 	// AckTimeout is the RC ack timeout exponent: a lost packet is resent
 	// after 4.096 us << AckTimeout (default 15: 134 ms).
 	AckTimeout uint8
@@ -78,6 +85,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.EagerLimit <= 0 {
 		c.EagerLimit = defaultEager
+		if v, err := strconv.Atoi(os.Getenv("SPARCML_RDMA_EAGER")); err == nil && v > 0 {
+			c.EagerLimit = v
+		}
 	}
 	if c.Slots <= 0 {
 		c.Slots = defaultSlots
@@ -85,8 +95,17 @@ func (c *Config) setDefaults() {
 	if c.KeepAlive <= 0 {
 		c.KeepAlive = defaultKeepAlive
 	}
-	if c.Spin <= 0 {
+	if c.Spin == 0 {
 		c.Spin = defaultSpin
+		if v, err := time.ParseDuration(os.Getenv("SPARCML_RDMA_SPIN")); err == nil {
+			c.Spin = v
+			if v == 0 {
+				c.Spin = -1
+			}
+		}
+	}
+	if os.Getenv("SPARCML_RDMA_ADVERTISE") == "0" {
+		c.NoAdvertise = true
 	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = defaultAckTimeout

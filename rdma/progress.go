@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/sparcml/sparcml/transport"
 	"github.com/sparcml/sparcml/verbs"
@@ -187,6 +188,12 @@ func (t *Transport) onEager(p *peer, slot int) {
 	switch h.Kind {
 	case kindData:
 		t.mu.Lock()
+		if rr := t.adverts[mkey{p.rank, h.Tag}]; rr != nil {
+			t.endAdvertLocked(rr)
+			t.mu.Unlock()
+			t.eagerIntoAdvert(p, rr, h, payload)
+			break
+		}
 		delete(t.posted, mkey{p.rank, h.Tag})
 		err := t.m.Deliver(p.rank, h.Tag, h.Desc, payload)
 		t.mu.Unlock()
@@ -206,6 +213,34 @@ func (t *Transport) onEager(p *peer, slot int) {
 		t.failOp(h.Tag.Comm, h.Tag.Seq, &transport.RemoteFailure{Peer: p.rank, Reason: string(payload)})
 	case kindBye:
 		t.peerLost(p.rank, errors.New(string(payload)))
+	case kindAdv:
+		t.onAdv(p, h)
+	case kindNack:
+		t.onNack(p, h)
+	case kindCancel, kindRevoke:
+		t.mu.Lock()
+		k := mkey{p.rank, h.Tag}
+		adv, ok := t.advs[k]
+		if ok && adv.ID2 == h.ID2 {
+			delete(t.advs, k)
+		}
+		t.mu.Unlock()
+		if ok && adv.ID2 == h.ID2 && h.Kind == kindRevoke {
+			t.enqueue(p, &outMsg{hdr: header{Kind: kindRevoked, Tag: h.Tag, ID2: h.ID2}})
+		}
+		// Otherwise the offer was used or refused: the payload or a
+		// nack is on its way and resolves the receive.
+	case kindRevoked:
+		t.mu.Lock()
+		rr := t.recvs[h.ID2]
+		if rr == nil || rr.adv == nil || rr.peer != p.rank {
+			t.mu.Unlock()
+			break
+		}
+		t.endAdvertLocked(rr)
+		t.mu.Unlock()
+		rr.adv.req.Complete(nil, rr.adv.failErr)
+		rr.done()
 	}
 	p.mu.Lock()
 	p.freed++
@@ -217,6 +252,19 @@ func (t *Transport) onRTS(p *peer, h header) {
 	t.mu.Lock()
 	if t.err != nil {
 		t.mu.Unlock()
+		return
+	}
+	if rr := t.adverts[k]; rr != nil {
+		// The RTS crossed our offer: the sender takes the offer when it
+		// arrives, or refuses it with a nack, which resolves this RTS.
+		if !rr.adv.nacked {
+			rr.adv.rts = &h
+			t.mu.Unlock()
+			return
+		}
+		t.endAdvertLocked(rr)
+		t.mu.Unlock()
+		t.advertToRTS(p, rr, h)
 		return
 	}
 	if _, failed := t.failed[opKey{h.Tag.Comm, h.Tag.Seq}]; failed {
@@ -250,6 +298,9 @@ func (t *Transport) onCTS(p *peer, h header) {
 	rs := t.sends[h.ID]
 	if rs != nil && h.Flags&ctsDiscard != 0 {
 		delete(t.sends, h.ID)
+	}
+	if k := (mkey{p.rank, h.Tag}); t.sendTags[k] == h.ID {
+		delete(t.sendTags, k)
 	}
 	t.mu.Unlock()
 	if rs == nil || rs.peer != p.rank {
@@ -322,6 +373,157 @@ func (t *Transport) buildWrites(p *peer, rs *rndvSend, cts header) error {
 	return nil
 }
 
+// onAdv: a receiver offers its buffer for tag. A send waiting for its CTS
+// takes it now; a later Send finds it in advs.
+func (t *Transport) onAdv(p *peer, h header) {
+	k := mkey{p.rank, h.Tag}
+	t.mu.Lock()
+	if t.err != nil {
+		t.mu.Unlock()
+		return
+	}
+	id, waiting := t.sendTags[k]
+	var rs *rndvSend
+	if waiting {
+		delete(t.sendTags, k)
+		rs = t.sends[id]
+	}
+	if rs == nil {
+		if _, dup := t.advs[k]; dup {
+			t.mu.Unlock()
+			t.protocolError(p.rank, fmt.Errorf("%w: rank %d offered two buffers for %v", transport.ErrProtocol, p.rank, h.Tag))
+			return
+		}
+		t.advs[k] = h
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	t.useAdvert(p, rs, id, h)
+}
+
+// useAdvert writes send id straight into an offered buffer when the sizes
+// and descriptors agree (the receiver then learns both from the offer it
+// made), and otherwise refuses the offer. It reports whether it wrote.
+func (t *Transport) useAdvert(p *peer, rs *rndvSend, id uint32, adv header) bool {
+	if uint64(rs.n) != uint64(adv.ID) || rs.desc != adv.Desc {
+		t.enqueue(p, &outMsg{hdr: header{Kind: kindNack, Tag: adv.Tag, ID2: adv.ID2}})
+		return false
+	}
+	cts := header{Kind: kindCTS, Tag: adv.Tag, ID: id, ID2: adv.ID2, Size: adv.Size, RKey: adv.RKey}
+	if err := t.buildWrites(p, rs, cts); err != nil {
+		t.fail(err)
+		return true
+	}
+	t.enqueue(p, &outMsg{rndv: rs})
+	return true
+}
+
+// onNack: the sender refused our offer; its RTS (before or after the nack)
+// goes the ordinary way.
+func (t *Transport) onNack(p *peer, h header) {
+	t.mu.Lock()
+	rr := t.recvs[h.ID2]
+	if rr == nil || rr.adv == nil || rr.peer != p.rank {
+		t.mu.Unlock()
+		return
+	}
+	if rr.adv.rts == nil {
+		rr.adv.nacked = true
+		t.mu.Unlock()
+		return
+	}
+	t.endAdvertLocked(rr)
+	t.mu.Unlock()
+	t.advertToRTS(p, rr, *rr.adv.rts)
+}
+
+// endAdvertLocked withdraws an offer the sender will not write into.
+func (t *Transport) endAdvertLocked(rr *rndvRecv) {
+	delete(t.recvs, rr.adv.id)
+	delete(t.adverts, mkey{rr.peer, rr.adv.tag})
+	rr.release()
+}
+
+// advertToRTS answers an RTS for a receive whose offer was refused, as
+// claimLocked does for a posted one; the receive is already claimed, so
+// it is completed here, not by the matcher.
+func (t *Transport) advertToRTS(p *peer, rr *rndvRecv, rts header) {
+	a := rr.adv
+	cts := header{Kind: kindCTS, Tag: rts.Tag, ID: rts.ID, Flags: ctsDiscard}
+	fail := func(err error) {
+		a.req.Complete(nil, err)
+		rr.done()
+		t.enqueue(p, &outMsg{hdr: cts})
+	}
+	if a.failErr != nil {
+		fail(a.failErr)
+		return
+	}
+	if rts.Desc != a.desc {
+		fail(&transport.MismatchError{Tag: rts.Tag, Local: a.desc, Peer: p.rank, Remote: rts.Desc, Rank: t.rank})
+		return
+	}
+	dst := a.buf[:0]
+	if cap(dst) < int(rts.Size) {
+		dst = make([]byte, rts.Size)
+	}
+	dst = dst[:rts.Size]
+	nr := &rndvRecv{peer: p.rank, n: len(dst), done: func() { a.req.Complete(dst, nil); rr.done() }}
+	var err error
+	var rkey uint32
+	if unsafe.SliceData(dst) == unsafe.SliceData(a.buf) {
+		nr.handle, err = t.cache.Acquire(dst)
+		if err == nil {
+			rkey = nr.handle.Region().RKey()
+		}
+	} else {
+		nr.own, err = t.pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		if err == nil {
+			rkey = nr.own.RKey()
+		}
+	}
+	if err != nil {
+		t.fail(fmt.Errorf("rdma: registering a %d-byte receive buffer from rank %d: %w", len(dst), p.rank, err))
+		return
+	}
+	t.mu.Lock()
+	if t.err != nil {
+		t.mu.Unlock()
+		nr.release()
+		return
+	}
+	id := t.newRecvIDLocked()
+	t.recvs[id] = nr
+	t.mu.Unlock()
+	cts.ID2, cts.Size, cts.RKey, cts.Flags = id, addrOf(dst), rkey, 0
+	t.enqueue(p, &outMsg{hdr: cts})
+}
+
+// eagerIntoAdvert delivers an eager message for a receive whose buffer was
+// on offer (the sender had not seen the offer, or the message is small),
+// and tells the sender to forget the offer.
+func (t *Transport) eagerIntoAdvert(p *peer, rr *rndvRecv, h header, payload []byte) {
+	a := rr.adv
+	t.enqueue(p, &outMsg{hdr: header{Kind: kindCancel, Tag: h.Tag, ID2: a.id}})
+	if h.Desc != a.desc {
+		a.req.Complete(nil, &transport.MismatchError{Tag: h.Tag, Local: a.desc, Peer: p.rank, Remote: h.Desc, Rank: t.rank})
+		rr.done()
+		return
+	}
+	var data []byte
+	if cap(a.buf) >= len(payload) {
+		data = a.buf[:len(payload)]
+	} else {
+		data = make([]byte, len(payload))
+	}
+	copy(data, payload)
+	t.recvd.Add(uint64(len(payload)))
+	t.msgsRecvd.Add(1)
+	a.req.Complete(data, nil)
+	rr.done()
+}
+
 // onRndvDone: the last write of a rendezvous send completed.
 func (t *Transport) onRndvDone(p *peer, id uint32) {
 	t.mu.Lock()
@@ -345,6 +547,9 @@ func (t *Transport) onDone(p *peer, id uint32) {
 	t.mu.Lock()
 	rr := t.recvs[id]
 	delete(t.recvs, id)
+	if rr != nil && rr.adv != nil && rr.peer == p.rank {
+		delete(t.adverts, mkey{rr.peer, rr.adv.tag})
+	}
 	t.mu.Unlock()
 	if rr == nil || rr.peer != p.rank {
 		if t.Err() == nil {

@@ -475,3 +475,91 @@ func (t *Transport) debugState() string {
 	posted, unexp := t.m.Pending()
 	return s + fmt.Sprintf("; matcher posted=%d unexpected=%d", posted, unexp)
 }
+
+// TestAdvertise covers receiver-advertised rendezvous: a large receive
+// posted before its send offers its buffer, and every way the offer can
+// end: used (same size and descriptor), refused (other size: smaller,
+// larger, or another descriptor), overtaken by an eager message, and
+// revoked because the receiver's operation failed. No receive completes
+// while the sender may still write into its buffer.
+func TestAdvertise(t *testing.T) {
+	ts := startRanks(t, 2, nil)
+	ctx := waitCtx(t)
+	// offered waits until rank 0 holds rank 1's offer for tag.
+	offered := func(tag transport.Tag) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			ts[0].mu.Lock()
+			defer ts[0].mu.Unlock()
+			_, ok := ts[0].advs[mkey{1, tag}]
+			return ok
+		}, testDeadline, time.Millisecond, "no offer for %v: %s", tag, ts[0].debugState())
+	}
+	const post = 64 << 10
+	other := desc
+	other.Count = 99
+	for i, c := range []struct {
+		name string
+		n    int
+		d    transport.Desc
+	}{{"same size", post, desc}, {"smaller", 20000, desc}, {"larger", 100000, desc},
+		{"eager", 100, desc}, {"mismatch", post, other}} {
+		tag := transport.Tag{Comm: 20, Seq: uint64(i)}
+		buf := make([]byte, post)
+		rq := ts[1].Recv(0, tag, desc, buf)
+		offered(tag)
+		src := pattern(0, 1, c.n)
+		require.NoError(t, ts[0].Send(1, tag, c.d, src).Wait(ctx), c.name)
+		err := rq.Wait(ctx)
+		if c.d != desc {
+			var me *transport.MismatchError
+			require.ErrorAs(t, err, &me, c.name)
+			continue
+		}
+		require.NoError(t, err, c.name)
+		require.True(t, bytes.Equal(src, rq.Data()), c.name)
+	}
+
+	// The receiver's operation fails before anything is sent: the offer
+	// is revoked and only then does the receive fail.
+	tag := transport.Tag{Comm: 21, Seq: 1}
+	rq := ts[1].Recv(0, tag, desc, make([]byte, post))
+	offered(tag)
+	ts[1].FailOp(21, 1, errors.New("bad input on rank 1"))
+	require.ErrorContains(t, rq.Wait(ctx), "bad input on rank 1")
+
+	// Nothing is left behind on either side.
+	for _, tr := range ts {
+		require.Eventually(t, func() bool {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return len(tr.adverts) == 0 && len(tr.advs) == 0 && len(tr.sendTags) == 0 && len(tr.recvs) == 0 && len(tr.sends) == 0
+		}, testDeadline, time.Millisecond, tr.debugState())
+		require.NoError(t, tr.Err())
+	}
+
+	// Crossed offers and RTS, both directions, many at once.
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				tag := transport.Tag{Comm: 22, Seq: uint64(i)}
+				n := post + i*1000
+				rq := ts[r].Recv(1-r, tag, desc, make([]byte, n))
+				src := pattern(r, 1-r, n)
+				sq := ts[r].Send(1-r, tag, desc, src)
+				if err := sq.Wait(ctx); err != nil {
+					t.Errorf("rank %d send %d: %v", r, i, err)
+					return
+				}
+				if err := rq.Wait(ctx); err != nil || !bytes.Equal(pattern(1-r, r, n), rq.Data()) {
+					t.Errorf("rank %d receive %d: %v (or wrong data)", r, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -18,6 +18,17 @@
 // message it has claimed in the matcher, so a failed operation never
 // returns a buffer to the caller that the peer may still write into.
 //
+// Advertised rendezvous: a receive larger than the eager limit that is
+// posted before its RTS came is claimed at once and its buffer offered to
+// the sender (kindAdv), so a send of the same size and descriptor is
+// written straight away: one half round trip instead of three (RTS, CTS,
+// data), which is most of a medium message's time when wake-ups are slow.
+// An offer that does not fit is refused (kindNack) and the RTS goes the
+// ordinary way; one overtaken by an eager message is withdrawn
+// (kindCancel); a failed operation asks it back (kindRevoke) and fails the
+// receive only once the sender confirms (kindRevoked). Config.NoAdvertise
+// turns it off.
+//
 // A progress goroutine polls the completion queue in batches, busy-polls
 // for Config.Spin when idle and then blocks on the completion channel. A
 // failed completion, a goodbye from a peer, or a keep-alive write that is
@@ -28,6 +39,7 @@ package rdma
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -82,6 +94,9 @@ type Transport struct {
 	recvs      map[uint32]*rndvRecv
 	failed     map[opKey]struct{}
 	failedFIFO []opKey
+	adverts    map[mkey]*rndvRecv // receiver: buffers on offer, not yet resolved
+	advs       map[mkey]header    // sender: offers received before their Send
+	sendTags   map[mkey]uint32    // sender: rendezvous sends waiting for a CTS or an offer
 	nextSend   uint32
 	nextRecv   uint32
 }
@@ -105,6 +120,7 @@ type opKey struct {
 type rndvSend struct {
 	req     *transport.Request
 	peer    int
+	desc    transport.Desc
 	bufs    [][]byte
 	n       int
 	handles []memreg.Handle[*verbs.MR]
@@ -121,6 +137,26 @@ type rndvRecv struct {
 	done   func()
 	handle memreg.Handle[*verbs.MR]
 	own    *verbs.MR
+	adv    *advert // set while the buffer is on offer (kindAdv)
+}
+
+// advert is a receive whose buffer was offered to the sender before its
+// RTS arrived. The receive is claimed from the matcher at once, so nothing
+// completes it behind the transport's back: it ends only when the payload
+// has landed, when it came eagerly instead, or once the sender has said it
+// will not write (kindNack, kindRevoked). Only then is the buffer given
+// back to the caller.
+type advert struct {
+	id      uint32
+	tag     transport.Tag
+	desc    transport.Desc
+	req     *transport.Request
+	buf     []byte
+	rts     *header // the sender's RTS, when it crossed the offer
+	nacked  bool
+	failErr error // the operation failed
+	sent    bool  // the offer is queued to the sender
+	revoked bool  // a revoke is queued after it
 }
 
 func (rr *rndvRecv) release() {
@@ -156,6 +192,9 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		sends:      make(map[uint32]*rndvSend),
 		recvs:      make(map[uint32]*rndvRecv),
 		failed:     make(map[opKey]struct{}),
+		adverts:    make(map[mkey]*rndvRecv),
+		advs:       make(map[mkey]header),
+		sendTags:   make(map[mkey]uint32),
 	}
 	if err := t.setup(ctx); err != nil {
 		close(t.done)
@@ -334,7 +373,8 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 		t.enqueue(p, &outMsg{hdr: header{Kind: kindData, Tag: tag, Desc: desc}, bufs: bufs, req: req})
 		return req
 	}
-	rs := &rndvSend{req: req, peer: peer, bufs: bufs, n: n}
+	rs := &rndvSend{req: req, peer: peer, desc: desc, bufs: bufs, n: n}
+	k := mkey{peer, tag}
 	t.mu.Lock()
 	if t.err != nil {
 		err := t.err
@@ -345,8 +385,26 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	t.nextSend++
 	id := t.nextSend
 	t.sends[id] = rs
+	adv, offered := t.advs[k]
+	delete(t.advs, k)
 	t.mu.Unlock()
+	if offered && t.useAdvert(p, rs, id, adv) {
+		return req // written straight into the offered buffer
+	}
 	t.enqueue(p, &outMsg{hdr: header{Kind: kindRTS, Tag: tag, Desc: desc, Size: uint64(n), ID: id}})
+	// An offer arriving from now on takes the send over; one that came
+	// while the RTS was being queued is taken here. The RTS is queued
+	// first so that it never follows the payload.
+	t.mu.Lock()
+	adv, offered = t.advs[k]
+	delete(t.advs, k)
+	if !offered && t.sends[id] != nil {
+		t.sendTags[k] = id
+	}
+	t.mu.Unlock()
+	if offered {
+		t.useAdvert(p, rs, id, adv)
+	}
 	return req
 }
 
@@ -369,6 +427,16 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 	}
 	rts, ok := t.pendingRTS[k]
 	if !ok {
+		if !t.cfg.NoAdvertise && len(buf) > t.cfg.EagerLimit && len(buf) <= 1<<32-1 {
+			adv, err := t.advertiseLocked(peer, tag, desc, req, buf)
+			t.mu.Unlock()
+			if err != nil {
+				t.fail(err)
+			} else if adv != nil {
+				t.sendAdvert(peer, adv)
+			}
+			return req
+		}
 		t.posted[k] = postedRecv{req, buf}
 		t.mu.Unlock()
 		return req
@@ -381,6 +449,58 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 		t.fail(err)
 	}
 	return req
+}
+
+// advertiseLocked claims a posted receive before its RTS came, registers
+// its buffer and returns the offer to send. When the matcher does not hand
+// the receive over (its operation failed, or a collective mismatch failed
+// it), the receive stays posted and nothing is offered.
+func (t *Transport) advertiseLocked(peer int, tag transport.Tag, desc transport.Desc, req *transport.Request, buf []byte) (*header, error) {
+	k := mkey{peer, tag}
+	dst, done, err := t.m.Claim(peer, tag, desc, len(buf))
+	if err != nil || dst == nil {
+		t.posted[k] = postedRecv{req, buf}
+		return nil, nil
+	}
+	rr := &rndvRecv{peer: peer, n: len(dst), done: done}
+	rr.handle, err = t.cache.Acquire(dst)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: registering a %d-byte receive buffer for rank %d: %w", len(dst), peer, err)
+	}
+	id := t.newRecvIDLocked()
+	rr.adv = &advert{id: id, tag: tag, desc: desc, req: req, buf: dst}
+	t.recvs[id] = rr
+	t.adverts[k] = rr
+	return &header{Kind: kindAdv, Tag: tag, Desc: desc, Size: addrOf(dst), ID: uint32(len(dst)), ID2: id,
+		RKey: rr.handle.Region().RKey()}, nil
+}
+
+// sendAdvert queues an offer. A revoke must follow its offer on the wire,
+// so an operation that failed while the offer was being queued is revoked
+// here rather than by failOp.
+func (t *Transport) sendAdvert(peer int, adv *header) {
+	p := t.peers[peer]
+	t.enqueue(p, &outMsg{hdr: *adv})
+	t.mu.Lock()
+	rr := t.recvs[adv.ID2]
+	revoke := false
+	if rr != nil && rr.adv != nil {
+		rr.adv.sent = true
+		revoke = rr.adv.failErr != nil && !rr.adv.revoked
+		rr.adv.revoked = rr.adv.revoked || revoke
+	}
+	t.mu.Unlock()
+	if revoke {
+		t.enqueue(p, &outMsg{hdr: header{Kind: kindRevoke, Tag: adv.Tag, ID2: adv.ID2}})
+	}
+}
+
+func (t *Transport) newRecvIDLocked() uint32 {
+	t.nextRecv = (t.nextRecv + 1) & immMask
+	if t.nextRecv == 0 {
+		t.nextRecv = 1
+	}
+	return t.nextRecv
 }
 
 // claimLocked claims the posted receive for an RTS, registers its buffer
@@ -407,12 +527,9 @@ func (t *Transport) claimLocked(peer int, rts header, posted []byte) (header, er
 	if err != nil {
 		return cts, fmt.Errorf("rdma: registering a %d-byte receive buffer from rank %d: %w", len(dst), peer, err)
 	}
-	t.nextRecv = (t.nextRecv + 1) & immMask
-	if t.nextRecv == 0 {
-		t.nextRecv = 1
-	}
-	t.recvs[t.nextRecv] = rr
-	cts.ID2, cts.Size, cts.RKey, cts.Flags = t.nextRecv, addrOf(dst), rkey, 0
+	id := t.newRecvIDLocked()
+	t.recvs[id] = rr
+	cts.ID2, cts.Size, cts.RKey, cts.Flags = id, addrOf(dst), rkey, 0
 	return cts, nil
 }
 
@@ -461,6 +578,17 @@ func (t *Transport) failOp(comm uint32, seq uint64, err error) {
 			drops = append(drops, discard{k.peer, header{Kind: kindCTS, Tag: rts.Tag, ID: rts.ID, Flags: ctsDiscard}})
 		}
 	}
+	// Offered buffers are asked back; the receive fails once the sender
+	// confirms it will not write (or completes if the payload lands first).
+	for k, rr := range t.adverts {
+		if k.tag.Comm == comm && k.tag.Seq == seq && rr.adv.failErr == nil {
+			rr.adv.failErr = err
+			if rr.adv.sent {
+				rr.adv.revoked = true
+				drops = append(drops, discard{k.peer, header{Kind: kindRevoke, Tag: k.tag, ID2: rr.adv.id}})
+			}
+		}
+	}
 	t.mu.Unlock()
 	for _, d := range drops {
 		t.enqueue(t.peers[d.peer], &outMsg{hdr: d.cts})
@@ -495,8 +623,12 @@ func (t *Transport) CacheStats() memreg.CacheStats { return t.cache.Stats() }
 // Close implements transport.Transport. Peers see this rank as lost.
 func (t *Transport) Close() error {
 	t.closeOne.Do(func() {
-		if t.Err() == nil {
+		if err := t.Err(); err == nil {
 			t.sayBye(fmt.Sprintf("rank %d closed its transport", t.rank))
+		} else {
+			// Peers still connected learn the root cause (for example
+			// which rank died) rather than just this rank's departure.
+			t.sayBye(fmt.Sprintf("rank %d closed its transport after: %v", t.rank, err))
 		}
 		t.fail(transport.ErrClosed)
 		t.stop.Store(true)
@@ -541,9 +673,22 @@ func (t *Transport) fail(err error) {
 	t.sends, t.recvs = map[uint32]*rndvSend{}, map[uint32]*rndvRecv{}
 	clear(t.posted)
 	clear(t.pendingRTS)
+	clear(t.adverts)
+	clear(t.advs)
+	clear(t.sendTags)
 	t.mu.Unlock()
+	// A lost peer fails this rank's operations, but only the dead peer's
+	// queue pair goes to the error state: the other ranks must learn of
+	// the death from the dead rank itself (their own keep-alives, or this
+	// rank's goodbye naming the cause), not from a cascade of queue pairs
+	// failing that would name whoever noticed first.
+	lost := -1
+	var pe *transport.PeerError
+	if errors.As(err, &pe) && errors.Is(err, transport.ErrPeerLost) && !errors.Is(err, transport.ErrAborted) {
+		lost = pe.Peer
+	}
 	for _, p := range t.peers {
-		if p != nil {
+		if p != nil && (lost < 0 || p.rank == lost) {
 			p.kill(err)
 		}
 	}

@@ -37,12 +37,22 @@ const (
 	kindCTS    = 3 // clear to send: send id, receive id, address, rkey (or discard)
 	kindFailOp = 4 // the sender failed operation (comm, seq); reason in payload
 	kindBye    = 5 // the sender is closing or aborting; reason in payload
+
+	// Receiver-advertised rendezvous: a receive posted before its RTS
+	// arrived offers its buffer at once, so the sender writes without
+	// waiting for a CTS (one half round trip instead of three).
+	kindAdv     = 6 // receive buffer on offer: tag, desc, address (Size), rkey, receive id (ID2), length (ID)
+	kindNack    = 7 // sender to receiver: the advert for ID2 will not be used (size or desc differ)
+	kindCancel  = 8 // receiver to sender: the message came eagerly, forget the advert ID2
+	kindRevoke  = 9 // receiver to sender: the operation failed, give the advert ID2 back if unused
+	kindRevoked = 10
+	kindMax     = kindRevoked
 )
 
-var kindNames = [...]string{"?", "data", "rts", "cts", "failop", "bye"}
+var kindNames = [...]string{"?", "data", "rts", "cts", "failop", "bye", "adv", "nack", "cancel", "revoke", "revoked"}
 
 const (
-	wireVersion = 1
+	wireVersion = 2
 	hdrSize     = 64
 )
 
@@ -91,7 +101,7 @@ func (h *header) decode(b []byte) error {
 		return fmt.Errorf("%w: rdma wire version %d, want %d", transport.ErrProtocol, b[0], wireVersion)
 	}
 	h.Kind = b[1]
-	if h.Kind < kindData || h.Kind > kindBye {
+	if h.Kind < kindData || h.Kind > kindMax {
 		return fmt.Errorf("%w: unknown rdma message kind %d", transport.ErrProtocol, h.Kind)
 	}
 	h.Credits = le.Uint16(b[2:])
