@@ -403,7 +403,20 @@ func TestStoreRefusesBadHello(t *testing.T) {
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again := mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)
+	// The server notices the goodbye asynchronously: retry until it has
+	// released the rank (bounded by ctx).
+	var again Store
+	for {
+		st, err := Connect(ctx, testEnv(addr, 1, 3, "tok"), nil)
+		if err == nil {
+			again = st
+			break
+		}
+		if !strings.Contains(err.Error(), "already connected") || ctx.Err() != nil {
+			t.Fatalf("rank 1 after the first closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	defer again.Close()
 	if v, err := again.Get(ctx, "k"); err != nil || string(v) != "v" {
 		t.Fatalf("Get = %q, %v", v, err)
