@@ -15,29 +15,38 @@ import (
 // started, as in MPI.
 const p2pCommBit = 1 << 31
 
-// Send sends data to peer, which must call Recv with the same length.
+// Send sends data to peer, which must call Recv with the same length. It
+// runs in the caller's goroutine (no hand-off), unlike StartSend.
 func Send[T Float](ctx context.Context, c *Comm, data []T, peer int) error {
-	return StartSend(ctx, c, data, peer).Wait(context.Background())
+	return c.runP2P(ctx, "send", peer, true, sendFn(data, peer))
 }
 
 // StartSend starts Send and returns at once; data must not change until
 // the request completes.
 func StartSend[T Float](ctx context.Context, c *Comm, data []T, peer int) *Request {
-	return c.startP2P(ctx, "send", peer, true, func(op *collectives.Op) error {
+	return c.startP2P(ctx, "send", peer, true, sendFn(data, peer))
+}
+
+func sendFn[T Float](data []T, peer int) func(op *collectives.Op) error {
+	return func(op *collectives.Op) error {
 		op.Desc = p2pDesc[T](len(data))
 		return op.Wait(op.Send(peer, 0, collectives.AsBytes(data)))
-	})
+	}
 }
 
 // Recv receives into buf the message peer sent with Send; the lengths must
-// match.
+// match. It runs in the caller's goroutine, unlike StartRecv.
 func Recv[T Float](ctx context.Context, c *Comm, buf []T, peer int) error {
-	return StartRecv(ctx, c, buf, peer).Wait(context.Background())
+	return c.runP2P(ctx, "recv", peer, false, recvFn(buf, peer))
 }
 
 // StartRecv starts Recv and returns at once.
 func StartRecv[T Float](ctx context.Context, c *Comm, buf []T, peer int) *Request {
-	return c.startP2P(ctx, "recv", peer, false, func(op *collectives.Op) error {
+	return c.startP2P(ctx, "recv", peer, false, recvFn(buf, peer))
+}
+
+func recvFn[T Float](buf []T, peer int) func(op *collectives.Op) error {
+	return func(op *collectives.Op) error {
 		op.Desc = p2pDesc[T](len(buf))
 		dst := collectives.AsBytes(buf)
 		data, err := op.WaitData(op.Recv(peer, 0, dst))
@@ -51,7 +60,7 @@ func StartRecv[T Float](ctx context.Context, c *Comm, buf []T, peer int) *Reques
 			copy(dst, data)
 		}
 		return nil
-	})
+	}
 }
 
 func p2pDesc[T Float](n int) transport.Desc {
@@ -60,15 +69,40 @@ func p2pDesc[T Float](n int) transport.Desc {
 
 func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool, fn func(op *collectives.Op) error) *Request {
 	r := &Request{kind: kind, done: make(chan struct{})}
-	if err := c.usable(kind); err != nil {
+	op, cancel, err := c.p2pOp(ctx, kind, peer, send)
+	if err != nil {
 		r.err = err
 		close(r.done)
 		return r
 	}
-	if peer < 0 || peer >= c.Size() || peer == c.Rank() {
-		r.err = &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
+	r.seq = op.Seq
+	go func() {
+		defer cancel()
+		r.err = fn(op)
 		close(r.done)
-		return r
+	}()
+	return r
+}
+
+// runP2P is startP2P in the caller's goroutine.
+func (c *Comm) runP2P(ctx context.Context, kind string, peer int, send bool, fn func(op *collectives.Op) error) error {
+	op, cancel, err := c.p2pOp(ctx, kind, peer, send)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return fn(op)
+}
+
+// p2pOp checks the peer, numbers the message in its direction and bounds
+// ctx by the default timeout. The sequence number is taken here, in call
+// order, so messages between two ranks match in the order they started.
+func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*collectives.Op, context.CancelFunc, error) {
+	if err := c.usable(kind); err != nil {
+		return nil, nil, err
+	}
+	if peer < 0 || peer >= c.Size() || peer == c.Rank() {
+		return nil, nil, &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
 	}
 	c.p2pMu.Lock()
 	if c.p2pSeq == nil {
@@ -78,18 +112,11 @@ func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool, f
 	c.p2pSeq[k]++
 	seq := c.p2pSeq[k]
 	c.p2pMu.Unlock()
+	cancel := context.CancelFunc(func() {})
 	if _, has := ctx.Deadline(); !has && c.timeout > 0 {
-		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		go func() { <-r.done; cancel() }()
 	}
-	r.seq = seq
-	op := &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}
-	go func() {
-		r.err = fn(op)
-		close(r.done)
-	}()
-	return r
+	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}, cancel, nil
 }
 
 type p2pKey struct {
