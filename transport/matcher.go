@@ -140,14 +140,18 @@ func (m *Matcher) Post(peer int, tag Tag, desc Desc, buf []byte) *Request {
 // conflicting message's descriptor and sender. Called with m.mu held.
 func (m *Matcher) recordKind(tag Tag, desc Desc) (bad Desc, peer int, ok bool) {
 	op := opKey{tag.Comm, tag.Seq}
-	if _, known := m.opKind[op]; !known {
-		m.opKind[op] = desc.Kind
-		m.opKindFIFO = append(m.opKindFIFO, op)
-		if len(m.opKindFIFO) > maxFailedOps {
-			delete(m.opKind, m.opKindFIFO[0])
-			m.opKindFIFO = m.opKindFIFO[1:]
-		}
+	if _, known := m.opKind[op]; known {
+		// Messages of this operation were checked by Claim as they
+		// arrived (the kind was known then): no scan on the hot path.
+		return Desc{}, 0, true
 	}
+	m.opKind[op] = desc.Kind
+	m.opKindFIFO = append(m.opKindFIFO, op)
+	if len(m.opKindFIFO) > maxFailedOps {
+		delete(m.opKind, m.opKindFIFO[0])
+		m.opKindFIFO = m.opKindFIFO[1:]
+	}
+	// First receive of the operation: check what arrived before it.
 	for k, msg := range m.unexpected {
 		if k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq && !compatibleKinds(desc.Kind, msg.desc.Kind) {
 			return msg.desc, k.peer, false
