@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -258,6 +259,11 @@ func runBench(cfg *benchConfig) error {
 		return err
 	}
 	defer comm.Close()
+	if stop, err := startCPUProfile(comm.Rank()); err != nil {
+		return err
+	} else {
+		defer stop()
+	}
 	out := newReporter(os.Stdout, cfg.format, comm.Rank() == 0)
 	var p progress
 	if cfg.progress && comm.Rank() == 0 {
@@ -358,4 +364,23 @@ func medianOf(ts []time.Duration) time.Duration {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// startCPUProfile writes a CPU profile of this rank to
+// $SPARCML_CPUPROFILE.rank<R> when that variable is set, for finding where
+// a benchmark's time goes (go tool pprof bin/sparcml FILE).
+func startCPUProfile(rank int) (stop func(), err error) {
+	prefix := os.Getenv("SPARCML_CPUPROFILE")
+	if prefix == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, rank))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
