@@ -20,11 +20,17 @@ func allgatherAllreduce[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 	if err != nil {
 		return err
 	}
-	res := c.vector()
+	// Sum straight into out unless a dense copy is asked for anyway.
+	res := out
+	if denseOut {
+		res = c.vector()
+	}
 	if err := sparse.SumAll(res, parts); err != nil {
 		return c.op.Fail(err)
 	}
-	c.finish(out, res, denseOut)
+	if denseOut {
+		c.finish(out, res, true)
+	}
 	return nil
 }
 
@@ -48,8 +54,7 @@ func (c *spCall[T]) allgatherInputs() ([]*sparse.Vector[T], error) {
 			parts[q] = c.in
 			continue
 		}
-		parts[q] = c.vector()
-		if err := c.decode(parts[q], b, q, c.in.Dim); err != nil {
+		if parts[q], err = c.received(b, q, c.in.Dim); err != nil {
 			return nil, err
 		}
 	}

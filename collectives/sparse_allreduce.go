@@ -309,6 +309,25 @@ func (c *spCall[T]) decode(v *sparse.Vector[T], b []byte, peer, dim int) error {
 	return nil
 }
 
+// received decodes a peer's message for reading only: exact values are
+// used where they landed, as a view of b (released with it at the end of
+// the call), lossy ones decoded into a pooled vector. A view is a fresh
+// vector, never a pooled one, so no pooled buffer ever aliases b.
+func (c *spCall[T]) received(b []byte, peer, dim int) (*sparse.Vector[T], error) {
+	if c.q != nil {
+		v := c.vector()
+		return v, c.decode(v, b, peer, dim)
+	}
+	v := &sparse.Vector[T]{}
+	if err := v.DecodeView(b); err != nil {
+		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, peer, err))
+	}
+	if v.Dim != dim {
+		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d, expected %d", transport.ErrMismatch, peer, v.Dim, dim))
+	}
+	return v, nil
+}
+
 // recv posts a receive from peer at step into a pooled buffer of about
 // guess bytes (the transport allocates if the message is larger).
 func (c *spCall[T]) recv(peer int, step uint32, guess int) *transport.Request {

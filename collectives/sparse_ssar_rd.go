@@ -34,8 +34,8 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 		if err != nil {
 			return err
 		}
-		res := c.vector()
-		if err := c.decode(res, msg, rank+1, dim); err != nil {
+		res, err := c.received(msg, rank+1, dim)
+		if err != nil {
 			return err
 		}
 		c.finish(out, res, denseOut)
@@ -44,12 +44,13 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 
 	cur := c.in // read only: every merge writes into a scratch vector
 	spare := [2]*sparse.Vector[T]{c.vector(), c.vector()}
-	recvd := c.vector()
 	next := 0
-	// mergeIn decodes a partner's partial and adds it to cur. Addition is
-	// commutative bit for bit, so both partners get the same bits.
+	// mergeIn adds a partner's partial, read where it landed, to cur.
+	// Addition is commutative bit for bit, so both partners get the same
+	// bits.
 	mergeIn := func(peer int, msg []byte) error {
-		if err := c.decode(recvd, msg, peer, dim); err != nil {
+		recvd, err := c.received(msg, peer, dim)
+		if err != nil {
 			return err
 		}
 		dst := spare[next]

@@ -84,8 +84,7 @@ func (c *spCall[T]) scatterToOwners() ([]*sparse.Vector[T], error) {
 		if err != nil {
 			return nil, err
 		}
-		parts[q] = c.vector()
-		if err := c.decode(parts[q], msg, q, hi-lo); err != nil {
+		if parts[q], err = c.received(msg, q, hi-lo); err != nil {
 			return nil, err
 		}
 	}
@@ -135,12 +134,21 @@ func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) erro
 	}
 	dense := denseOut || sparse.PreferDense(total, dim, sparse.ValueSize[T]())
 	out.Reset(dim)
+	room := total
 	if dense {
-		out.Dense = true
-		out.Values = out.Values[:0]
-		if cap(out.Values) < dim {
-			out.Values = make([]T, 0, dim)
+		out.Dense, room = true, dim
+	}
+	if cap(out.Values) < room {
+		out.Values = make([]T, 0, room)
+	}
+	if !dense && cap(out.Indices) < room {
+		out.Indices = make([]uint32, 0, room)
+	}
+	if c.q == nil {
+		if dense {
+			out.Values = out.Values[:dim]
 		}
+		return c.appendRanges(out, red, blobs)
 	}
 	tmp := c.vector()
 	for q, b := range blobs {
@@ -154,6 +162,27 @@ func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) erro
 			rng = tmp
 		}
 		spAppendRange(out, rng, c.bounds[q])
+	}
+	return nil
+}
+
+// appendRanges writes the exact reduced ranges into out (sized: dense
+// Values of the full dimension, or empty sparse): this rank's from red,
+// the others decoded straight from the received bytes.
+func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) error {
+	for q, b := range blobs {
+		lo := c.bounds[q]
+		if q == c.rank {
+			if out.Dense {
+				red.ToDense(out.Values[lo:c.bounds[q+1]])
+			} else {
+				spAppendRange(out, red, lo)
+			}
+			continue
+		}
+		if _, err := out.DecodeAt(b, lo); err != nil {
+			return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad range: %w", transport.ErrProtocol, q, err))
+		}
 	}
 	return nil
 }

@@ -310,3 +310,149 @@ func Peek(b []byte) (dim, nnz int, dense bool, err error) {
 	}
 	return h.dim, h.count, h.dense, nil
 }
+
+// DecodeAt adds the vector encoded in b, taken as the slice of v's index
+// space that starts at lo, to v in place: a sparse v gets the entries
+// appended (indices shifted by lo), so slices must come in increasing
+// order and after every entry v already has; a dense v gets the values
+// written into Values[lo:lo+dim], which must be within v. It is what an
+// allgather of disjoint ranges does with each range, without decoding
+// into a temporary first. b is checked as Decode checks it; on error v's
+// entries from before the call are kept and the error says why.
+func (v *Vector[T]) DecodeAt(b []byte, lo int) (dim int, err error) {
+	h, err := parseHeader(b)
+	if err != nil {
+		return 0, err
+	}
+	if h.version != version {
+		return 0, fmt.Errorf("%w: quantized (version %d) encoding where an exact one was expected", ErrCorrupt, h.version)
+	}
+	if h.size != len(b) {
+		return 0, fmt.Errorf("%w: header announces %d bytes, message has %d", ErrCorrupt, h.size, len(b))
+	}
+	if h.typ != typeCode[T]() {
+		return 0, fmt.Errorf("%w: value type %d, expected %d", ErrCorrupt, h.typ, typeCode[T]())
+	}
+	if lo < 0 || lo+h.dim > v.Dim {
+		return 0, fmt.Errorf("%w: slice [%d,%d) outside dimension %d", ErrInvalid, lo, lo+h.dim, v.Dim)
+	}
+	body := b[HeaderSize:]
+	vals := body[:h.count*ValueSize[T]()]
+	if v.Dense {
+		dst := v.Values[lo : lo+h.dim]
+		if h.dense {
+			copy(valueBytes(dst), vals)
+			return h.dim, nil
+		}
+		clear(dst)
+		return h.dim, scatterEncoded(dst, body[len(vals):], vals, h.dim)
+	}
+	if n := len(v.Indices); n > 0 && int(v.Indices[n-1]) >= lo {
+		return 0, fmt.Errorf("%w: slice at %d after entry %d", ErrInvalid, lo, v.Indices[n-1])
+	}
+	n := len(v.Indices)
+	v.Indices = growKeep(v.Indices, n+h.count)
+	v.Values = growKeep(v.Values, n+h.count)
+	copy(valueBytes(v.Values[n:]), vals)
+	out := v.Indices[n:]
+	if h.dense {
+		for i := range out {
+			out[i] = uint32(lo + i)
+		}
+		return h.dim, nil
+	}
+	ib := body[len(vals):]
+	prev := int64(-1)
+	for i := range out {
+		x := binary.LittleEndian.Uint32(ib[i*IndexSize:])
+		if int64(x) <= prev || int(x) >= h.dim {
+			v.Indices, v.Values = v.Indices[:n], v.Values[:n]
+			return 0, badIndices(ib, h.dim)
+		}
+		prev = int64(x)
+		out[i] = x + uint32(lo)
+	}
+	return h.dim, nil
+}
+
+// scatterEncoded writes the values at the encoded indices ib into dst,
+// checking each index as Decode does.
+func scatterEncoded[T Float](dst []T, ib, vals []byte, dim int) error {
+	s := ValueSize[T]()
+	prev := int64(-1)
+	for i := 0; i < len(ib)/IndexSize; i++ {
+		x := binary.LittleEndian.Uint32(ib[i*IndexSize:])
+		if int64(x) <= prev || int(x) >= dim {
+			return badIndices(ib, dim)
+		}
+		prev = int64(x)
+		dst[x] = getValue[T](vals[i*s:])
+	}
+	return nil
+}
+
+// badIndices describes what is wrong with a raw index array that failed
+// the fast check, with checkIndices' message.
+func badIndices(ib []byte, dim int) error {
+	idx := make([]uint32, len(ib)/IndexSize)
+	for i := range idx {
+		idx[i] = binary.LittleEndian.Uint32(ib[i*IndexSize:])
+	}
+	if err := checkIndices(idx, dim, ErrCorrupt); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: bad index array", ErrCorrupt)
+}
+
+// getValue reads a value from the start of b, which need not be aligned.
+func getValue[T Float](b []byte) T {
+	if ValueSize[T]() == 4 {
+		u := binary.LittleEndian.Uint32(b)
+		return T(*(*float32)(unsafe.Pointer(&u)))
+	}
+	u := binary.LittleEndian.Uint64(b)
+	return T(*(*float64)(unsafe.Pointer(&u)))
+}
+
+// growKeep extends s to length n keeping its contents, with room to spare
+// so a run of appends reallocates only a few times.
+func growKeep[E any](s []E, n int) []E {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	out := make([]E, n, max(n, 2*cap(s)))
+	copy(out, s)
+	return out
+}
+
+// DecodeView is Decode without the copy where it can be avoided: when b's
+// values and indices are aligned for their types in memory, v's Values
+// and Indices alias b (checked exactly as Decode checks them); otherwise
+// it decodes into v's own buffers like Decode. Either way v is valid on
+// success, but after an aliasing decode it is only good while b is, and
+// must not be modified or handed to Reset-and-reuse code that writes into
+// it. It is for summing received messages in place.
+func (v *Vector[T]) DecodeView(b []byte) error {
+	s := ValueSize[T]()
+	if len(b) < HeaderSize || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(s) != 0 {
+		return v.Decode(b)
+	}
+	h, err := parseHeader(b)
+	if err != nil || h.version != version || h.size != len(b) || h.typ != typeCode[T]() {
+		return v.Decode(b) // for its error message
+	}
+	body := b[HeaderSize:]
+	v.Dim, v.Dense, v.Indices, v.Values = h.dim, h.dense, nil, nil
+	if h.count > 0 {
+		v.Values = unsafe.Slice((*T)(unsafe.Pointer(&body[0])), h.count)
+	}
+	if h.dense || h.count == 0 {
+		return nil
+	}
+	v.Indices = unsafe.Slice((*uint32)(unsafe.Pointer(&body[h.count*s])), h.count)
+	if err := checkIndices(v.Indices, h.dim, ErrCorrupt); err != nil {
+		v.Dim, v.Indices, v.Values = 0, nil, nil
+		return err
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package sparse
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 )
 
@@ -36,17 +37,33 @@ func Add[T Float](dst, a, b *Vector[T]) error {
 		dst.setDense(dim)
 		copy(dst.Values, b.Values)
 		return scatterAdd(dst.Values, a.Indices, a.Values)
-	case 16*(len(a.Indices)+len(b.Indices)) >= dim:
-		// Dense enough that scattering into an accumulator and reading a
-		// bitmap of touched positions beats a branchy merge (and the
-		// result may well be dense, which the accumulator writes at once).
-		pair := [2]*Vector[T]{a, b}
-		return accumulate(dst, pair[:], dim, len(a.Indices)+len(b.Indices))
 	default:
-		merge(dst, a, b)
-		if PreferDense(len(dst.Indices), dim, ValueSize[T]()) {
-			dst.Densify()
-		}
+		pair := [2]*Vector[T]{a, b}
+		return sumSparse(dst, pair[:], dim, len(a.Indices)+len(b.Indices))
+	}
+	return nil
+}
+
+// sumSparse sums sparse parts of dimension dim holding total entries
+// with the kernel that suits their density: a dense accumulator when the
+// result may be dense, windows (sumWindows) from one entry per 256
+// positions, a merge below that. Every kernel adds a position's values in
+// parts order, so the choice never changes the bits of the result.
+func sumSparse[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) error {
+	switch {
+	case 16*total >= dim && PreferDense(total, dim, ValueSize[T]()):
+		return accumulate(dst, parts, dim, total)
+	case total >= dim>>windowDensityShift:
+		sumWindows(dst, parts, dim, total)
+	case len(parts) == 2:
+		merge(dst, parts[0], parts[1])
+	case len(parts) <= smallK:
+		mergeSmallK(dst, parts, dim, total)
+	default:
+		mergeK(dst, parts, dim, total)
+	}
+	if PreferDense(len(dst.Indices), dim, ValueSize[T]()) {
+		dst.Densify()
 	}
 	return nil
 }
@@ -70,9 +87,10 @@ func (v *Vector[T]) AddTo(dense []T) error {
 // SumAll sets dst to the sum of parts, which must share one dimension and
 // must not include dst. Entries with the same index are added in the order
 // of parts, so every rank that sums the same parts gets the same bits.
-// Sparse parts are combined by a k-way merge (O(total entries * log
-// len(parts))); the result goes dense by the switch rule, or at once when
-// any part is dense or already large enough that the union must be.
+// Sparse parts are combined by sumSparse's kernels (windowed
+// accumulation, or a k-way merge when very sparse); the result goes dense
+// by the switch rule, or at once when any part is dense or already large
+// enough that the union must be.
 func SumAll[T Float](dst *Vector[T], parts []*Vector[T]) error {
 	if len(parts) == 0 {
 		return fmt.Errorf("%w: SumAll of no vectors", ErrInvalid)
@@ -110,17 +128,7 @@ func SumAll[T Float](dst *Vector[T], parts []*Vector[T]) error {
 		}
 		return nil
 	}
-	if 16*total >= dim {
-		// Entries are dense enough that scanning a bitmap of the
-		// dimension is cheaper than a k-way merge, and the dense
-		// accumulator costs at most a few times the entries' memory.
-		return accumulate(dst, parts, dim, total)
-	}
-	mergeK(dst, parts, dim, total)
-	if PreferDense(len(dst.Indices), dim, ValueSize[T]()) {
-		dst.Densify()
-	}
-	return nil
+	return sumSparse(dst, parts, dim, total)
 }
 
 // setDense makes v a dense vector of dimension dim with undefined values.
@@ -219,6 +227,147 @@ func accumulate[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) err
 	}
 	dst.Dense, dst.Indices, dst.Values = false, idx[:n], vals[:n]
 	return nil
+}
+
+// windowBits sets the window of sumWindows: 2^12 positions, whose
+// accumulator (16 or 32 KiB) and bitmap stay in the L1 cache.
+const windowBits = 12
+
+// windowDensityShift: sumWindows is used from one entry per 2^8 positions
+// on average (16 per window), where scanning a window's bitmap costs
+// less than the merges' compare per entry.
+const windowDensityShift = 8
+
+// sumWindows sums sparse parts window by window: for each window of
+// 2^windowBits positions that any part has entries in, every part in turn
+// adds its entries of the window into a small dense accumulator, marking
+// them in a bitmap, and the marked positions are then written out in
+// order. Each part is read once, sequentially; nothing compares indices
+// across parts, so there are no unpredictable branches, and all random
+// access stays within the window's few KiB. A position's first value is
+// copied and later ones added in parts order, exactly as the merges do,
+// so every path gives the same bits.
+func sumWindows[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
+	const w = 1 << windowBits
+	idx := grow(dst.Indices, total)
+	val := grow(dst.Values, total)
+	var acc [w]T
+	var seen [w / 64]uint64
+	var posBuf [16]int
+	pos := posBuf[:0]
+	if len(parts) > len(posBuf) {
+		pos = make([]int, 0, len(parts))
+	}
+	pos = pos[:len(parts)]
+	clear(pos)
+	n := 0
+	for {
+		// The next window is the one of the smallest pending index.
+		next := uint32(math.MaxUint32)
+		for p, v := range parts {
+			if pos[p] < len(v.Indices) {
+				next = min(next, v.Indices[pos[p]])
+			}
+		}
+		if next == math.MaxUint32 && !anyLeft(parts, pos) {
+			break
+		}
+		base := next &^ (w - 1)
+		end := uint64(base) + w
+		for p, v := range parts {
+			i := pos[p]
+			ix, vx := v.Indices, v.Values[:len(v.Indices)]
+			for ; i < len(ix) && uint64(ix[i]) < end; i++ {
+				x := ix[i] - base
+				word, bit := x>>6, uint64(1)<<(x&63)
+				if seen[word]&bit == 0 {
+					seen[word] |= bit
+					acc[x] = vx[i]
+				} else {
+					acc[x] += vx[i]
+				}
+			}
+			pos[p] = i
+		}
+		for wi, word := range seen {
+			if word == 0 {
+				continue
+			}
+			seen[wi] = 0
+			for word != 0 {
+				x := uint32(wi*64 + bits.TrailingZeros64(word))
+				word &= word - 1
+				idx[n], val[n] = base+x, acc[x]
+				n++
+			}
+		}
+	}
+	dst.Dim, dst.Dense = dim, false
+	dst.Indices, dst.Values = idx[:n], val[:n]
+}
+
+// anyLeft reports whether a part has entries past its position (the
+// index MaxUint32 itself is valid in a dimension of 2^32).
+func anyLeft[T Float](parts []*Vector[T], pos []int) bool {
+	for p, v := range parts {
+		if pos[p] < len(v.Indices) {
+			return true
+		}
+	}
+	return false
+}
+
+// smallK is the most parts mergeSmallK takes: up to here a linear scan of
+// the heads (branch-free min, which compiles to conditional moves) beats
+// the heap's unpredictable branches.
+const smallK = 8
+
+// mergeSmallK merges up to smallK sparse vectors: each step takes the
+// smallest head key index<<32 | part, so equal indices meet in parts
+// order exactly as in mergeK and the sums have the same bits. An
+// exhausted part's head is the largest key, which never wins while any
+// part remains.
+func mergeSmallK[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
+	idx := grow(dst.Indices, total)
+	val := grow(dst.Values, total)
+	const done = ^uint64(0)
+	var heads [smallK]uint64
+	var pos [smallK]int
+	for p := range heads {
+		heads[p] = done
+		if p < len(parts) && len(parts[p].Indices) > 0 {
+			heads[p] = uint64(parts[p].Indices[0])<<32 | uint64(p)
+		}
+	}
+	n := 0
+	last := int64(-1)
+	for {
+		key := min(min(min(heads[0], heads[1]), min(heads[2], heads[3])),
+			min(min(heads[4], heads[5]), min(heads[6], heads[7])))
+		if key == done {
+			break
+		}
+		p, x := int(uint32(key)), uint32(key>>32)
+		pv := parts[p]
+		i := pos[p]
+		y := pv.Values[i]
+		if int64(x) == last {
+			val[n-1] += y
+		} else {
+			idx[n], val[n] = x, y
+			n++
+			last = int64(x)
+		}
+		i++
+		pos[p] = i
+		if i < len(pv.Indices) {
+			heads[p] = uint64(pv.Indices[i])<<32 | uint64(p)
+		} else {
+			heads[p] = done
+		}
+	}
+	dst.Dim, dst.Dense = dim, false
+	dst.Indices, dst.Values = idx[:n], val[:n]
 }
 
 // mergeK merges several sparse vectors with a binary min-heap of keys

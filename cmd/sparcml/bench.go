@@ -368,8 +368,18 @@ func medianOf(ts []time.Duration) time.Duration {
 
 // startCPUProfile writes a CPU profile of this rank to
 // $SPARCML_CPUPROFILE.rank<R> when that variable is set, for finding where
-// a benchmark's time goes (go tool pprof bin/sparcml FILE).
+// a benchmark's time goes (go tool pprof bin/sparcml FILE), and where its
+// memory is allocated to $SPARCML_MEMPROFILE.rank<R> (go tool pprof
+// -sample_index=alloc_space).
 func startCPUProfile(rank int) (stop func(), err error) {
+	if prefix := os.Getenv("SPARCML_MEMPROFILE"); prefix != "" {
+		return func() {
+			if f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, rank)); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}, nil
+	}
 	prefix := os.Getenv("SPARCML_CPUPROFILE")
 	if prefix == "" {
 		return func() {}, nil

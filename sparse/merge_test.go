@@ -1,0 +1,109 @@
+package sparse
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestMergeSmallKMatchesHeap: the linear-scan merge and the heap merge
+// give the same entries with the same bits (values chosen so float sums
+// depend on the order), for every part count the scan takes, with empty
+// parts, identical supports and overlapping ones.
+func TestMergeSmallKMatchesHeap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for k := 1; k <= smallK; k++ {
+		for trial := range 20 {
+			dim := 1 + rng.IntN(5000)
+			if trial%3 == 0 {
+				dim = 1 + rng.IntN(100000)
+			}
+			parts := make([]*Vector[float32], k)
+			total := 0
+			for i := range parts {
+				nnz := rng.IntN(dim + 1)
+				if trial%2 == 0 {
+					nnz = rng.IntN(dim/50 + 1)
+				}
+				if trial%5 == 0 && i%2 == 1 {
+					nnz = 0
+				}
+				v := randomVector[float32](rng, dim, nnz)
+				for j := range v.Values {
+					v.Values[j] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(12)-6)))
+				}
+				parts[i] = v
+				total += v.NNZ()
+			}
+			var a, b, w Vector[float32]
+			mergeSmallK(&a, parts, dim, total)
+			mergeK(&b, parts, dim, total)
+			sumWindows(&w, parts, dim, total)
+			sameBits(t, "scan", &a, &b)
+			sameBits(t, "windows", &w, &b)
+			// float32 sums of k terms err by at most k ulps of the
+			// largest partial sum, bounded by the sum of magnitudes.
+			ref, mag := make([]float64, dim), make([]float64, dim)
+			for _, p := range parts {
+				for j, x := range p.Indices {
+					ref[x] += float64(p.Values[j])
+					mag[x] += math.Abs(float64(p.Values[j]))
+				}
+			}
+			got := a.ToDense(nil)
+			for i := range ref {
+				if d := math.Abs(float64(got[i]) - ref[i]); d > float64(k)*0x1p-23*mag[i] {
+					t.Fatalf("k=%d position %d: %v, reference %v", k, i, got[i], ref[i])
+				}
+			}
+		}
+	}
+}
+
+func sameBits(t *testing.T, name string, a, b *Vector[float32]) {
+	t.Helper()
+	if len(a.Indices) != len(b.Indices) {
+		t.Fatalf("%s: %d entries, heap merge %d", name, len(a.Indices), len(b.Indices))
+	}
+	for i := range a.Indices {
+		if a.Indices[i] != b.Indices[i] || math.Float32bits(a.Values[i]) != math.Float32bits(b.Values[i]) {
+			t.Fatalf("%s entry %d: (%d, %v), heap merge (%d, %v)", name, i, a.Indices[i], a.Values[i], b.Indices[i], b.Values[i])
+		}
+	}
+}
+
+// TestSumWindowsTopIndex: the largest index of a 2^32 dimension.
+func TestSumWindowsTopIndex(t *testing.T) {
+	parts := []*Vector[float32]{
+		{Dim: MaxDim, Indices: []uint32{5, math.MaxUint32}, Values: []float32{1, 2}},
+		{Dim: MaxDim, Indices: []uint32{math.MaxUint32}, Values: []float32{3}},
+	}
+	var w Vector[float32]
+	sumWindows(&w, parts, MaxDim, 3)
+	if len(w.Indices) != 2 || w.Indices[1] != math.MaxUint32 || w.Values[1] != 5 || w.Values[0] != 1 {
+		t.Fatalf("got %v %v", w.Indices, w.Values)
+	}
+}
+
+// BenchmarkSumAll4 is the split allreduce's owner step at P = 4: four
+// slices of 1% each.
+func BenchmarkSumAll4(b *testing.B) {
+	for _, c := range benchCases() {
+		b.Run(fmt.Sprintf("dim=%d/nnz=%d", c.dim, c.nnz), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(2, 4))
+			parts := make([]*Vector[float32], 4)
+			for i := range parts {
+				parts[i] = randomVector[float32](rng, c.dim, c.nnz/4)
+			}
+			var dst Vector[float32]
+			b.ReportAllocs()
+			m := startCPU(b)
+			for b.Loop() {
+				_ = SumAll(&dst, parts)
+			}
+			m.report(c.nnz)
+			reportPerNNZ(b, c.nnz)
+		})
+	}
+}
