@@ -224,6 +224,7 @@ type spPlan struct {
 	msgs            []int
 	seconds         float64
 	phaseMsgs       []int
+	raw             bool // the current phase moves dense arrays in place
 }
 
 func newSpPlan(m CostModel, p int) *spPlan {
@@ -254,8 +255,12 @@ const sparseCodecFactor = 2
 // endPhase charges the phase its slowest rank and starts the next.
 func (pl *spPlan) endPhase() {
 	worst := 0.0
+	codec := float64(sparseCodecFactor)
+	if pl.raw {
+		codec, pl.raw = 0, false
+	}
 	for r := range pl.sent {
-		t := float64(pl.phaseMsgs[r])*pl.m.Alpha + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.sparseGamma() + (pl.sent[r]+pl.recv[r])*pl.m.Gamma*sparseCodecFactor
+		t := float64(pl.phaseMsgs[r])*pl.m.Alpha + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.sparseGamma() + (pl.sent[r]+pl.recv[r])*pl.m.Gamma*codec
 		worst = max(worst, t)
 		pl.totalSent[r] += pl.sent[r]
 		pl.msgs[r] += pl.phaseMsgs[r]
@@ -270,6 +275,23 @@ func (pl *spPlan) result(a Algo) SparsePrediction {
 		out.BytesSent[r] = int64(math.Round(b))
 	}
 	return out
+}
+
+// denseRing adds a ring allgather of dense blocks of the given byte
+// sizes, received in place (exact DSAR's last phase): rank r forwards
+// every block but its right neighbour's, one message per segment (at
+// least one per block), with no encoding to charge.
+func (pl *spPlan) denseRing(size []float64) {
+	p := len(size)
+	for r := range p {
+		for t := range p - 1 {
+			b := size[(r-t+p)%p]
+			pl.msg(r, (r+1)%p, b, 0)
+			pl.phaseMsgs[r] += max(0, int(math.Ceil(b/segmentBytes))-1)
+		}
+	}
+	pl.raw = true
+	pl.endPhase()
 }
 
 // bruck adds the allgather of blocks of the given sizes (spAllgatherBlobs);
@@ -363,13 +385,20 @@ func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds
 			n := bounds[q+1] - bounds[q]
 			if a == AlgoDSAR {
 				size[q], _ = w.msg(float64(n), n, 0, true)
+				if !w.lossy() {
+					size[q] = float64(n * s) // raw blocks, no header
+				}
 				continue
 			}
 			union := sup.union(all, bounds[q], bounds[q+1])
 			memDense := gotDense[q] || sparse.PreferDense(int(math.Round(union)), n, s)
 			size[q], _ = w.msg(union, n, spIdx(w, sup, all, bounds[q], bounds[q+1]), memDense)
 		}
-		pl.bruck(size, 0)
+		if a == AlgoDSAR && !w.lossy() {
+			pl.denseRing(size)
+		} else {
+			pl.bruck(size, 0)
+		}
 	case AlgoSparseAllgather:
 		size := make([]float64, p)
 		for r := range p {

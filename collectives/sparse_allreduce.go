@@ -81,6 +81,9 @@ const (
 	spStepUnfold  = 3<<8 + 1 // and result back out
 	spStepScatter = 4 << 8   // split algorithms: pieces to owners
 	spStepGather  = 5 << 8   // allgather of reduced ranges or of inputs
+	// DSAR's dense ring allgather numbers its segments from here up: it
+	// must stay the highest block.
+	spStepDenseGather = 6 << 8
 )
 
 // SparseAllreduce sums in over all ranks and leaves the sum in out on every

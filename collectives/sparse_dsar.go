@@ -6,26 +6,48 @@ import (
 
 // dsarAllreduce is SparCML's DSAR split-allgather: the same sparse
 // reduce-scatter as ssarSplitAllgather, but every owner accumulates its
-// range into a dense array (scatter-adds, no merge) and the last phase is a
-// dense Bruck allgather of the ranges. The result is dense.
+// range straight into its block of the dense output (scatter-adds, no
+// merge) and the last phase is a dense ring allgather of the blocks in
+// place, every segment received where it belongs. The result is dense.
 //
-// Messages: P-1 + ceil(log2 P). Bytes sent per rank: about k*c*(P-1)/P,
-// then n*s*(P-1)/P: the choice when the result is dense anyway.
+// Messages: P-1 + (P-1) per segment of a block. Bytes sent per rank:
+// about k*c*(P-1)/P, then n*s*(P-1)/P: the choice when the result is dense
+// anyway.
 func dsarAllreduce[T Float](c *spCall[T], out *sparse.Vector[T]) error {
 	parts, err := c.scatterToOwners()
 	if err != nil {
 		return err
 	}
-	n := c.bounds[c.rank+1] - c.bounds[c.rank]
-	acc := c.vector()
-	acc.Dim, acc.Dense = n, true
-	acc.Values = acc.Values[:0]
-	acc.Values = append(acc.Values, make([]T, n)...) // zeroed, reusing capacity
+	if c.q != nil {
+		// Lossy: each owner quantizes its reduced range once and the
+		// blobs travel as they are (see ssarSplitAllgather).
+		acc := c.vector()
+		n := c.bounds[c.rank+1] - c.bounds[c.rank]
+		acc.Dim, acc.Dense = n, true
+		acc.Values = append(acc.Values[:0], make([]T, n)...)
+		for _, v := range parts {
+			if err := v.AddTo(acc.Values); err != nil {
+				return c.op.Fail(err)
+			}
+		}
+		return c.gatherRanges(acc, out, true)
+	}
+	dim := c.in.Dim
+	out.Reset(dim)
+	out.Dense = true
+	out.Values = out.Values[:0]
+	if cap(out.Values) < dim {
+		out.Values = make([]T, 0, dim)
+	}
+	out.Values = out.Values[:dim]
+	acc := out.Values[c.bounds[c.rank]:c.bounds[c.rank+1]]
+	clear(acc)
 	// In rank order, so every element's sum is the same on every rank.
 	for _, v := range parts {
-		if err := v.AddTo(acc.Values); err != nil {
+		if err := v.AddTo(acc); err != nil {
 			return c.op.Fail(err)
 		}
 	}
-	return c.gatherRanges(acc, out, true)
+	l := layout{n: dim, k: c.p, offs: c.bounds}
+	return ringAllgather(c.op, out.Values, l, c.rank, spStepDenseGather, segmentElems[T]())
 }
