@@ -241,6 +241,17 @@ func (pl *spPlan) msg(from, to int, b, reduceFactor float64) {
 	pl.red[to] += b * reduceFactor
 }
 
+// mergePasses is how many times sparse.SumAll of parts vectors holding
+// k entries in all, spread over n positions, handles each entry: once in
+// its windowed kernel (from one entry per 256 positions), log2(parts)
+// times in a merge below that.
+func mergePasses(k float64, n, parts int) float64 {
+	if k >= float64(n>>8) {
+		return 1
+	}
+	return math.Log2(float64(parts))
+}
+
 // sparseMergeFactor is how much more a byte costs to reduce by merging
 // sorted (index, value) streams than by adding dense arrays: the kernels'
 // benchmarks (go test -bench . ./sparse/) measure a two-way merge at 2-7 ns
@@ -361,10 +372,15 @@ func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds
 		if len(bounds) != p+1 {
 			bounds = spEqualBounds(dim, p)
 		}
-		// Owners merge P slices k-way (split) or scatter-add them (DSAR).
+		// Owners sum P slices (split: sparse.SumAll, see mergePasses) or
+		// scatter-add them (DSAR: once).
 		reduce := 1.0
 		if a == AlgoSSARSplitAllgather {
-			reduce = math.Log2(float64(p))
+			k := 0.0
+			for r := range p {
+				k += sup.count(r, 0, dim)
+			}
+			reduce = mergePasses(k, dim, p)
 		}
 		// A piece that travels dense arrives dense, and the owner's sum
 		// of its range is then dense in memory (sparse.SumAll).
@@ -404,8 +420,11 @@ func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds
 		for r := range p {
 			size[r], _ = w.msg(sup.count(r, 0, dim), dim, spIdx(w, sup, []int{r}, 0, dim), false)
 		}
-		// The local k-way merge touches every received byte log2(P) times.
-		pl.bruck(size, math.Log2(float64(p)))
+		k := 0.0
+		for r := range p {
+			k += sup.count(r, 0, dim)
+		}
+		pl.bruck(size, mergePasses(k, dim, p))
 	default:
 		pl.seconds = math.Inf(1)
 	}
