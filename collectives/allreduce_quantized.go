@@ -27,7 +27,9 @@ import (
 // ring that re-encodes partial sums would do (see docs/QUANTIZATION.md).
 // Each rank sends about 2(P-1)/P n values, as a ring allreduce does, at the
 // codec's bits per value (QuantizedAllreduceBytesSent is exact). Blocks
-// travel as messages of at most 512 KiB of input, each encoded on its own.
+// travel as segments encoded on their own (512 KiB on the wire for none,
+// fp16 and bf16, 512 KiB of input for the stochastic codecs), and the two
+// phases are pipelined segment by segment (see run).
 //
 // Every rank must pass a codec of the same kind and, for the stochastic
 // kinds, the same bucket size; the descriptor carries both (Desc.Root =
@@ -46,7 +48,7 @@ import (
 // a bucket holding NaN or Inf into NaN (or fail the operation on every
 // rank with quant.NonFiniteReject).
 func QuantizedAllreduce[T Float](op *Op, data []T, codec quant.Codec) error {
-	return quantizedAllreduce(op, data, codec, segmentElems[T]())
+	return quantizedAllreduce(op, data, codec, quantSegmentElems(codec, elemSize[T]()))
 }
 
 // quantizedAllreduce is QuantizedAllreduce with blocks cut into messages of
@@ -78,7 +80,31 @@ func QuantizedAllreduceBytesSent(n, elemSize, p, rank int, codec quant.Codec) in
 	if elemSize <= 0 {
 		return 0
 	}
-	return quantizedBytesSent(n, segmentBytes/elemSize, p, rank, codec)
+	return quantizedBytesSent(n, quantSegmentElems(codec, elemSize), p, rank, codec)
+}
+
+// quantSegmentElems is the default segment length in elements. For the
+// fixed-width codecs (none, fp16, bf16) a message carries segmentBytes on
+// the wire, as a float32 allreduce's messages do: each message costs a few
+// system calls and a wake-up at both ends whatever its size, so cutting by
+// input bytes would pay them twice as often for fp16's half-size messages.
+// The stochastic codecs, whose size per value is not fixed, cut
+// segmentBytes of input.
+func quantSegmentElems(c quant.Codec, elemSize int) int {
+	if w := fixedWidth(c); w > 0 {
+		return segmentBytes / w
+	}
+	return segmentBytes / elemSize
+}
+
+// fixedWidth is the number of bytes per value of the codecs whose stream is
+// a plain array (none, fp16, bf16): any slice of values encodes to the
+// matching slice of bytes. 0 for the stochastic codecs (and nil).
+func fixedWidth(c quant.Codec) int {
+	if c == nil || !c.Kind().Valid() || c.Kind().Stochastic() {
+		return 0
+	}
+	return c.EncodedSize(1)
 }
 
 // quantizedBytesSent is QuantizedAllreduceBytesSent for segments of seg
@@ -166,6 +192,7 @@ type quantRun[T Float] struct {
 	// (allgather). Each holds one message per (peer, segment).
 	rsBuf, agBuf   []byte
 	rsRecv, agRecv [][]*transport.Request // [peer][segment]
+	payloads       [][]byte               // reduceOwn's scratch, one per peer
 }
 
 // quantAllgatherStep is the first step of the allgather: segment k of the
@@ -174,22 +201,60 @@ type quantRun[T Float] struct {
 // (sender, receiver, step) is unique.
 const quantAllgatherStep = stepsPerRound
 
+// quantLag is how many segment rounds the reduction of a segment trails
+// its scatter, and the decoding of the gathered segment trails its
+// reduction (see run).
+const quantLag = 2
+
+// run pipelines the two phases segment by segment. Every block is cut into
+// segments the same way, so round k of the schedule handles segment k of
+// every block:
+//
+//   - scatter: encode segment k of every other rank's block and send it to
+//     its owner;
+//   - reduce: add the peers' encodings of segment k-quantLag of this rank's
+//     block, then encode the reduced segment once, replace it by its
+//     decoding and send those bytes to every peer;
+//   - gather: decode segment k-2*quantLag of every other rank's block.
+//
+// The peers' segment j was sent in their round j, so waiting for it in
+// round j+quantLag leaves slack for ranks that run a little behind, and an
+// owner's reduced segment j goes out in round j+quantLag while most of the
+// vector is still being scattered: the allgather overlaps the
+// reduce-scatter instead of following it. Every wait is for a message its
+// sender sent in an earlier round (sends never wait for the receiver's
+// progress: every receive is posted up front), so the schedule cannot
+// deadlock, and the messages, step numbers and bytes are those of the
+// unpipelined schedule.
 func (q *quantRun[T]) run() error {
+	p, r := q.op.Size(), q.op.Rank()
 	q.postReceives()
-	window := newSendWindow(q.op, q.codec.EncodedSize(q.segmentSize()))
-	if err := q.scatter(window); err != nil {
-		return err
-	}
-	if err := q.reduce(); err != nil {
-		return err
-	}
-	ownEnc := q.op.Pool.Get(encodedBlockSize(q.codec, q.blockLen(q.op.Rank()), q.seg))
-	sends, err := q.broadcastOwn(ownEnc)
-	if err != nil {
-		return err
-	}
-	if err := q.gather(); err != nil {
-		return err
+	q.payloads = make([][]byte, 0, p-1)
+	// Each round sends P-1 scatter messages; enough slots for two rounds
+	// keep the encoder from waiting on a send the writer has not finished.
+	window := newSendWindow(q.op, q.codec.EncodedSize(q.segmentSize()), min(max(2*(p-1), pipelineDepth), 4*pipelineDepth))
+	mine := q.block(r)
+	ownEnc := q.op.Pool.Get(encodedBlockSize(q.codec, len(mine), q.seg))
+	ownOff := 0
+	sends := make([]*transport.Request, 0, len(q.rsRecv[0])*(p-1))
+	rounds := q.maxSegments()
+	for k := range rounds + 2*quantLag {
+		if k < rounds {
+			if err := q.scatter(window, k); err != nil {
+				return err
+			}
+		}
+		if j := k - quantLag; j >= 0 && j < len(q.rsRecv[0]) {
+			var err error
+			if sends, err = q.reduceOwn(sends, ownEnc, &ownOff, j); err != nil {
+				return err
+			}
+		}
+		if g := k - 2*quantLag; g >= 0 {
+			if err := q.gather(g); err != nil {
+				return err
+			}
+		}
 	}
 	if err := window.drain(); err != nil {
 		return err
@@ -204,6 +269,13 @@ func (q *quantRun[T]) run() error {
 	q.op.Pool.Put(q.rsBuf)
 	q.op.Pool.Put(q.agBuf)
 	return nil
+}
+
+// maxSegments is the number of segments of the longest block. Balanced
+// blocks differ by one element, which can make one more segment.
+func (q *quantRun[T]) maxSegments() int {
+	count, _ := quantSegments(q.blocks.largest(), q.seg)
+	return count
 }
 
 func (q *quantRun[T]) block(j int) []T {
@@ -274,98 +346,132 @@ func (q *quantRun[T]) postBlock(from int, step uint32, buf []byte, off *int, n, 
 	return reqs
 }
 
-// scatter encodes every other rank's block and sends it to its owner,
-// starting with the next rank so that at each moment the ranks send to
-// different owners.
-func (q *quantRun[T]) scatter(w *sendWindow) error {
+// scatter encodes segment k of every other rank's block and sends it to
+// its owner, starting with the next rank so that at each moment the ranks
+// send to different owners. Blocks with fewer segments are skipped.
+func (q *quantRun[T]) scatter(w *sendWindow, k int) error {
 	for d := 1; d < q.op.Size(); d++ {
 		to := q.peer(d)
 		blk := q.block(to)
-		count, _ := quantSegments(len(blk), q.seg)
-		for k := range count {
-			buf, err := w.acquire()
-			if err != nil {
-				return err
-			}
-			enc, err := encodeTo(q.codec, buf, q.segment(blk, k))
-			if err != nil {
-				return q.op.Fail(fmt.Errorf("encoding block %d for its owner: %w", to, err))
-			}
-			w.push(q.op.Send(to, uint32(k), enc))
+		if count, _ := quantSegments(len(blk), q.seg); k >= count {
+			continue
 		}
-	}
-	return nil
-}
-
-// reduce adds the peers' encodings of this rank's block into it, in a
-// fixed order (ranks r-1, r-2, ...) so that results are reproducible.
-func (q *quantRun[T]) reduce() error {
-	mine := q.block(q.op.Rank())
-	for d := 1; d < q.op.Size(); d++ {
-		for k, req := range q.rsRecv[d-1] {
-			if err := q.arrive(req, q.segment(mine, k), true); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// broadcastOwn encodes this rank's reduced block into enc, once, replaces
-// the block by the decoding of those bytes (so the owner holds exactly what
-// everyone else will) and sends the same bytes to every peer. It returns
-// the pending sends, which reference enc.
-func (q *quantRun[T]) broadcastOwn(enc []byte) ([]*transport.Request, error) {
-	p := q.op.Size()
-	mine := q.block(q.op.Rank())
-	count, _ := quantSegments(len(mine), q.seg)
-	sends := make([]*transport.Request, 0, count*(p-1))
-	off := 0
-	for k := range count {
-		seg := q.segment(mine, k)
-		out, err := encodeTo(q.codec, enc[off:], seg)
+		buf, err := w.acquire()
 		if err != nil {
-			return nil, q.op.Fail(fmt.Errorf("encoding the reduced block %d: %w", q.op.Rank(), err))
+			return err
 		}
-		off += len(out)
-		// Decoding our own fresh encoding cannot fail short of a codec bug,
-		// which must still not leave the replicas silently different.
-		if err := decodeInto(q.codec, seg, out, false); err != nil {
-			return nil, q.op.Fail(fmt.Errorf("decoding own block %d: %w", q.op.Rank(), err))
+		enc, err := encodeTo(q.codec, buf, q.segment(blk, k))
+		if err != nil {
+			return q.op.Fail(fmt.Errorf("encoding block %d for its owner: %w", to, err))
 		}
-		for d := 1; d < p; d++ {
-			sends = append(sends, q.op.Send(q.peer(d), quantAllgatherStep+uint32(k), out))
+		w.push(q.op.Send(to, uint32(k), enc))
+	}
+	return nil
+}
+
+// reduceChunk is how many values reduceOwn processes at a time for the
+// fixed-width codecs: 64 KiB of float32, so the accumulator stays in L1/L2
+// across the P-1 additions, the encoding and the decoding.
+const reduceChunk = 16384
+
+// reduceOwn reduces segment k of this rank's block and broadcasts it. It
+// adds the peers' encodings into the segment in a fixed order (ranks r-1,
+// r-2, ...) so that results are reproducible, encodes the reduced values
+// once into enc[*off:], replaces them by the decoding of those bytes (so
+// the owner holds exactly what everyone else will) and sends the same
+// bytes to every peer, appending the sends, which reference enc, to sends.
+//
+// For the fixed-width codecs all of this runs chunk by chunk, one pass
+// over cache-resident data instead of P+1 passes over the segment; the
+// operations and their order per value are the same, so the result is too.
+// A stochastic stream can only be cut at bucket boundaries, so its segment
+// is one chunk.
+func (q *quantRun[T]) reduceOwn(sends []*transport.Request, enc []byte, off *int, k int) ([]*transport.Request, error) {
+	p := q.op.Size()
+	seg := q.segment(q.block(q.op.Rank()), k)
+	payloads := q.payloads[:0]
+	for d := 1; d < p; d++ {
+		payload, err := q.wait(q.rsRecv[d-1][k], len(seg))
+		if err != nil {
+			return sends, err
 		}
+		payloads = append(payloads, payload)
+	}
+	size := q.codec.EncodedSize(len(seg))
+	out := enc[*off : *off+size : *off+size]
+	*off += size
+	w, chunk := fixedWidth(q.codec), len(seg)
+	if w > 0 {
+		chunk = reduceChunk
+	}
+	for lo := 0; lo < len(seg); lo += chunk {
+		hi := min(lo+chunk, len(seg))
+		blo, bhi := 0, size
+		if w > 0 {
+			blo, bhi = lo*w, hi*w
+		}
+		vals := seg[lo:hi:hi]
+		for d, payload := range payloads {
+			if err := decodeInto(q.codec, vals, payload[blo:bhi], true); err != nil {
+				req := q.rsRecv[d][k]
+				return sends, q.op.failAt(req.Peer, req.Tag.Step, fmt.Errorf("%w: from rank %d: %w", transport.ErrProtocol, req.Peer, err))
+			}
+		}
+		if _, err := encodeTo(q.codec, out[blo:bhi], vals); err != nil {
+			return sends, q.op.Fail(fmt.Errorf("encoding the reduced block %d: %w", q.op.Rank(), err))
+		}
+		// Decoding our own fresh encoding cannot fail short of a codec
+		// bug, which must still not leave the replicas silently different.
+		if err := decodeInto(q.codec, vals, out[blo:bhi], false); err != nil {
+			return sends, q.op.Fail(fmt.Errorf("decoding own block %d: %w", q.op.Rank(), err))
+		}
+	}
+	clear(payloads) // drop references to the receive buffer
+	for d := 1; d < p; d++ {
+		sends = append(sends, q.op.Send(q.peer(d), quantAllgatherStep+uint32(k), out))
 	}
 	return sends, nil
 }
 
-// gather decodes every owner's reduced block into place.
-func (q *quantRun[T]) gather() error {
+// gather decodes segment k of every other owner's reduced block into
+// place, where that block has a segment k.
+func (q *quantRun[T]) gather(k int) error {
 	for d := 1; d < q.op.Size(); d++ {
+		if k >= len(q.agRecv[d-1]) {
+			continue
+		}
 		blk := q.block(q.peer(-d))
-		for k, req := range q.agRecv[d-1] {
-			if err := q.arrive(req, q.segment(blk, k), false); err != nil {
-				return err
-			}
+		if err := q.arrive(q.agRecv[d-1][k], q.segment(blk, k)); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// arrive waits for one encoded segment and decodes it into dst, adding
-// when add is set. A payload of the wrong size or that the codec rejects
-// fails the operation on every rank: the sender's arguments differ from
-// ours in a way the descriptor does not show, or its bytes are corrupt.
-func (q *quantRun[T]) arrive(req *transport.Request, dst []T, add bool) error {
+// wait waits for one encoded segment of n values and returns its payload.
+// A payload of the wrong size fails the operation on every rank: the
+// sender's arguments differ from ours in a way the descriptor does not
+// show.
+func (q *quantRun[T]) wait(req *transport.Request, n int) ([]byte, error) {
 	payload, err := q.op.WaitData(req)
+	if err != nil {
+		return nil, err
+	}
+	if want := q.codec.EncodedSize(n); len(payload) != want {
+		return nil, failSize(q.op, req.Peer, len(payload), want)
+	}
+	return payload, nil
+}
+
+// arrive waits for one encoded segment and decodes it into dst. A payload
+// the codec rejects fails the operation on every rank: its bytes are
+// corrupt.
+func (q *quantRun[T]) arrive(req *transport.Request, dst []T) error {
+	payload, err := q.wait(req, len(dst))
 	if err != nil {
 		return err
 	}
-	if want := q.codec.EncodedSize(len(dst)); len(payload) != want {
-		return failSize(q.op, req.Peer, len(payload), want)
-	}
-	if err := decodeInto(q.codec, dst, payload, add); err != nil {
+	if err := decodeInto(q.codec, dst, payload, false); err != nil {
 		return q.op.failAt(req.Peer, req.Tag.Step, fmt.Errorf("%w: from rank %d: %w", transport.ErrProtocol, req.Peer, err))
 	}
 	return nil
@@ -395,10 +501,10 @@ func decodeInto[T Float](c quant.Codec, dst []T, src []byte, add bool) error {
 	return c.Decode64(d, src)
 }
 
-// sendWindow cycles encoded messages through pipelineDepth pool-backed
-// slots: a slot is reused once the send that used it has completed, so at
-// most pipelineDepth sends are in flight and the scratch memory is a few
-// segments, not the whole encoded vector. Sends never wait on the
+// sendWindow cycles encoded messages through a few pool-backed slots: a
+// slot is reused once the send that used it has completed, so at most that
+// many sends are in flight and the scratch memory is a few segments, not
+// the whole encoded vector. Sends never wait on the
 // receiver's progress (all receives are posted up front), so waiting for
 // a slot cannot deadlock.
 type sendWindow struct {
@@ -409,9 +515,9 @@ type sendWindow struct {
 	next int
 }
 
-func newSendWindow(op *Op, slot int) *sendWindow {
-	return &sendWindow{op: op, buf: op.Pool.Get(pipelineDepth * slot), slot: slot,
-		reqs: make([]*transport.Request, pipelineDepth)}
+func newSendWindow(op *Op, slot, slots int) *sendWindow {
+	return &sendWindow{op: op, buf: op.Pool.Get(slots * slot), slot: slot,
+		reqs: make([]*transport.Request, slots)}
 }
 
 // acquire waits until the next slot is free and returns it.

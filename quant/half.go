@@ -50,7 +50,10 @@ func Float32ToFP16(f float32) uint16 {
 
 // FP16ToFloat32 converts an IEEE 754 binary16 value to float32. Every
 // binary16 value is exactly representable, so this is exact, including
-// subnormals, infinities and signed zeros; a NaN keeps its sign and payload.
+// subnormals, infinities and signed zeros. A NaN keeps its sign and payload
+// and becomes quiet (a signalling NaN gets the quiet bit), as the F16C
+// instruction VCVTPH2PS does, so the scalar and vector decoders agree bit
+// for bit.
 func FP16ToFloat32(h uint16) float32 {
 	magnitude := uint32(h&0x7fff) << 13 // exponent and mantissa, float32-aligned
 	result := magnitude + halfRebias    // normal: rebias the exponent
@@ -60,7 +63,10 @@ func FP16ToFloat32(h uint16) float32 {
 		result = subnormal
 	}
 	if magnitude >= 0x1f<<23 {
-		result = magnitude | f32Inf // Inf or NaN (payload kept)
+		result = magnitude | f32Inf // Inf
+		if magnitude > 0x1f<<23 {
+			result |= 1 << 22 // NaN: payload kept, made quiet
+		}
 	}
 	return math.Float32frombits(uint32(h&0x8000)<<16 | result)
 }
@@ -86,15 +92,52 @@ func BF16ToFloat32(h uint16) float32 {
 	return math.Float32frombits(uint32(h) << 16)
 }
 
-// encodeFP16 writes binary16 values, little-endian.
+// encodeFP16 writes binary16 values, little-endian: float32 input through
+// the vector kernel where there is one, the rest (the tail, float64 input)
+// with the scalar conversion.
 func encodeFP16[T float](out []byte, src []T) {
+	done := 0
+	if s, ok := any(src).([]float32); ok {
+		done = encodeFP16Vec(out, s)
+	}
+	encodeFP16Go(out[2*done:], src[done:])
+}
+
+func decodeFP16[T float](dst []T, src []byte, add bool) {
+	done := 0
+	if d, ok := any(dst).([]float32); ok {
+		done = decodeFP16Vec(d, src, add)
+	}
+	decodeFP16Go(dst[done:], src[2*done:], add)
+}
+
+// encodeBF16 writes bfloat16 values, little-endian, like encodeFP16.
+func encodeBF16[T float](out []byte, src []T) {
+	done := 0
+	if s, ok := any(src).([]float32); ok {
+		done = encodeBF16Vec(out, s)
+	}
+	encodeBF16Go(out[2*done:], src[done:])
+}
+
+func decodeBF16[T float](dst []T, src []byte, add bool) {
+	done := 0
+	if d, ok := any(dst).([]float32); ok {
+		done = decodeBF16Vec(d, src, add)
+	}
+	decodeBF16Go(dst[done:], src[2*done:], add)
+}
+
+// The scalar loops: the reference the vector kernels are tested against.
+
+func encodeFP16Go[T float](out []byte, src []T) {
 	out = out[:2*len(src)]
 	for i, v := range src {
 		binary.LittleEndian.PutUint16(out[2*i:], Float32ToFP16(float32(v)))
 	}
 }
 
-func decodeFP16[T float](dst []T, src []byte, add bool) {
+func decodeFP16Go[T float](dst []T, src []byte, add bool) {
 	src = src[:2*len(dst)]
 	if add {
 		for i := range dst {
@@ -107,15 +150,14 @@ func decodeFP16[T float](dst []T, src []byte, add bool) {
 	}
 }
 
-// encodeBF16 writes bfloat16 values, little-endian.
-func encodeBF16[T float](out []byte, src []T) {
+func encodeBF16Go[T float](out []byte, src []T) {
 	out = out[:2*len(src)]
 	for i, v := range src {
 		binary.LittleEndian.PutUint16(out[2*i:], Float32ToBF16(float32(v)))
 	}
 }
 
-func decodeBF16[T float](dst []T, src []byte, add bool) {
+func decodeBF16Go[T float](dst []T, src []byte, add bool) {
 	src = src[:2*len(dst)]
 	if add {
 		for i := range dst {
