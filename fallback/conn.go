@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sparcml/sparcml/transport"
@@ -30,10 +31,29 @@ type conn struct {
 	iov   [][]byte    // backing array of the vector
 	wbuf  net.Buffers // the vector being written; WriteTo consumes it
 	batch []*sendItem
+
+	// rc reaches the socket for non-blocking writes and socket options;
+	// nil means every frame goes through the writer.
+	rc syscall.RawConn
+	// Scratch of a caller writing directly (see send), used only while it
+	// owns the socket, which the send queue grants to one at a time.
+	dhdr   [headerSize]byte
+	diov   [][]byte
+	dvec   [][]byte           // the vector writevOnce writes (Linux)
+	dn     int                // bytes it wrote
+	derr   error              // the error it ended with
+	dwrite func(uintptr) bool // writevOnce, made once
+
+	// The reader's low-water mark call (Linux).
+	lowatN   int
+	lowatSet func(uintptr)
 }
 
 func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 	c := &conn{t: t, peer: peer, index: index, nc: nc, q: newSendQueue(), readerDone: make(chan struct{})}
+	if rc, err := nc.SyscallConn(); err == nil {
+		c.rc = rc
+	}
 	c.fr = frameReader{
 		peer:       peer,
 		r:          bufio.NewReaderSize(nc, readBufferSize),
@@ -45,6 +65,9 @@ func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 			t.msgsRecv.Add(1)
 		},
 	}
+	if c.rc != nil && lowatSafe {
+		c.fr.lowat = c.setLowat
+	}
 	return c
 }
 
@@ -52,32 +75,36 @@ func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 func (c *conn) writeLoop() {
 	defer c.t.writers.Done()
 	for {
-		c.batch = c.q.take(c.batch[:0])
-		if len(c.batch) == 0 {
+		batch, err := c.q.take(c.batch[:0])
+		c.batch = batch
+		if len(batch) == 0 {
 			return
 		}
-		if err := c.writeBatch(c.batch); err != nil {
+		if err == nil {
+			err = c.writeBatch(batch)
+		}
+		if err != nil {
 			c.broken.Store(true)
-			c.writeFailed(c.batch, err)
+			c.writeFailed(batch, err)
 			clear(c.batch)
+			// writeFailed closed the queue: nobody writes after us.
+			c.q.release()
 			return
 		}
 		clear(c.batch) // drop references to the callers' buffers
+		c.q.release()
 	}
 }
 
 // writeBatch writes the frames of batch with one vectored write: each
-// header followed by the caller's buffers, none of them copied.
+// header followed by the caller's buffers, none of them copied. The first
+// frame may be one a caller began writing itself (its off bytes are on the
+// wire already).
 func (c *conn) writeBatch(batch []*sendItem) error {
 	iov := c.iov[:0]
 	for i, it := range batch {
 		encodeHeader(c.hdrs[i][:], &it.hdr)
-		iov = append(iov, c.hdrs[i][:])
-		for _, b := range it.bufs {
-			if len(b) > 0 {
-				iov = append(iov, b)
-			}
-		}
+		iov = appendFrame(iov, c.hdrs[i][:], it)
 	}
 	c.iov = iov
 	c.wbuf = iov
@@ -87,14 +114,67 @@ func (c *conn) writeBatch(batch []*sendItem) error {
 		return err
 	}
 	for _, it := range batch {
-		if it.req != nil {
-			c.t.bytesSent.Add(it.hdr.length)
-			c.t.msgsSent.Add(1)
-		}
-		it.finish(nil)
+		c.sent(it)
 	}
 	return nil
 }
+
+// sent counts a fully written frame and completes its request.
+func (c *conn) sent(it *sendItem) {
+	if it.req != nil {
+		c.t.bytesSent.Add(it.hdr.length)
+		c.t.msgsSent.Add(1)
+	}
+	it.finish(nil)
+}
+
+// send writes it to the socket from the caller's goroutine when the
+// connection is idle, as far as the kernel takes it without blocking, and
+// leaves the rest (or the whole frame, when others are queued or writing)
+// to the writer goroutine. Writing directly saves two goroutine hand-offs
+// (caller to writer, writer back to a waiting caller), each a possible
+// scheduler wake-up on the latency path of every message. The caller never
+// waits for the peer: a frame the socket buffer cannot take at once is
+// finished by the writer, so Send stays non-blocking.
+//
+// Frames above directMax always go through the writer: their hand-offs
+// are small next to the transfer, and copying them into the kernel on the
+// writer's goroutine lets the caller go on (say, reducing the previous
+// segment) meanwhile.
+func (c *conn) send(it *sendItem) {
+	if it.hdr.length > directMax {
+		if err := c.q.push(it); err != nil {
+			it.finish(err)
+		}
+		return
+	}
+	direct, err := c.q.claimDirect(it)
+	if err != nil {
+		it.finish(err)
+		return
+	}
+	if !direct {
+		return // queued for the writer
+	}
+	// We own the socket's write side: the direct-write scratch is ours.
+	encodeHeader(c.dhdr[:], &it.hdr)
+	iov := appendFrame(c.diov[:0], c.dhdr[:], it)
+	n, werr := c.writeNow(iov)
+	clear(iov)
+	c.diov = iov[:0]
+	it.off += n
+	if werr != nil || it.off < it.frameLen() {
+		c.q.releaseDirect(it, werr)
+		return
+	}
+	// Release first: a caller woken by the completion may send again at
+	// once and should find the socket free.
+	c.q.releaseDirect(nil, nil)
+	c.sent(it)
+}
+
+// directMax is the largest payload Send writes from the caller's goroutine.
+const directMax = 1 << 20
 
 // readerGrace is how long a failed write waits for the connection's
 // reader to report why, so that a peer that closed cleanly is reported as

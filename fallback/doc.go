@@ -18,14 +18,20 @@
 // # Data path
 //
 // Every frame is a fixed 48-byte header (see frame.go) and a payload.
-// Send queues the message for the connection its tag hashes to (one
-// message never splits, and messages on one connection stay in order); a
-// writer goroutine per connection writes queued frames with one vectored
-// write (header and the caller's buffers, no copy) and completes each
-// request when its bytes are in the kernel. A reader goroutine per
-// connection reads a header, asks the receive matcher where the payload
-// goes and reads it there: straight into the posted receive buffer when
-// the receive is posted (zero-copy), into a pooled buffer otherwise. When
+// Send goes to the connection its tag hashes to (one message never
+// splits, and messages on one connection stay in order). When that
+// connection is idle, Send writes the frame itself with one non-blocking
+// vectored write (header and the caller's buffers, no copy) and completes
+// the request at once if the kernel took it all; otherwise (something
+// queued or being written, a frame the socket buffer cannot take, or one
+// above 1 MiB) the connection's writer goroutine writes it, so Send never
+// waits for the peer. A request completes when its bytes are in the
+// kernel. A reader goroutine per connection reads a header, asks the
+// receive matcher where the payload goes and reads it there: straight into
+// the posted receive buffer when the receive is posted (zero-copy), into a
+// pooled buffer otherwise; for a large payload it raises the socket's
+// receive low-water mark first, so it wakes once per large chunk rather
+// than once per segment. When
 // a peer's budget of unexpected bytes is used up the reader stops reading
 // that connection until receives are posted, and TCP flow control stops
 // the sender: memory stays bounded.

@@ -17,9 +17,10 @@ const closeTimeout = 2 * time.Second
 
 // Transport is one rank's TCP transport: a full mesh of authenticated
 // connections to every other rank, ConnsPerPeer per peer, each with a
-// writer goroutine (vectored writes straight from the callers' buffers)
-// and a reader goroutine (payloads read straight into posted receive
-// buffers). It implements transport.Transport.
+// writer goroutine (vectored writes straight from the callers' buffers,
+// for frames Send could not write itself without waiting) and a reader
+// goroutine (payloads read straight into posted receive buffers). It
+// implements transport.Transport.
 type Transport struct {
 	cfg   Config
 	rank  int
@@ -114,9 +115,11 @@ func (t *Transport) connFor(peer int, tag transport.Tag) *conn {
 	return list[h%uint64(len(list))]
 }
 
-// Send implements transport.Transport. It queues the message on its
-// connection's writer and returns at once; the request completes when the
-// whole message has been handed to the kernel.
+// Send implements transport.Transport. It writes the message to its
+// connection's socket at once when the connection is idle and the kernel
+// takes it without waiting, and otherwise queues (the rest of) it for the
+// connection's writer; it never waits for the peer. The request completes
+// when the whole message has been handed to the kernel.
 func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs ...[]byte) *transport.Request {
 	if err := t.checkPeer(peer); err != nil {
 		return transport.Failed(peer, tag, true, err)
@@ -131,9 +134,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	}
 	req := transport.NewRequest(peer, tag, true)
 	it := newSendItem(header{kind: frameData, tag: tag, desc: desc, length: uint64(n)}, bufs, req)
-	if err := t.connFor(peer, tag).q.push(it); err != nil {
-		it.finish(err)
-	}
+	t.connFor(peer, tag).send(it)
 	return req
 }
 
