@@ -252,3 +252,75 @@ func TestAllreduceWithQuant(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalid, "rank %d", r)
 	}
 }
+
+// Point-to-point requests complete without a goroutine of their own: their
+// Done channel closes when the transport completes them, out of order if
+// the caller watches them out of order, a deadline fails a receive that
+// nobody waits on, and a wrong length is reported by Test.
+func TestP2PRequestsCompleteWithoutWaiting(t *testing.T) {
+	comms, err := Local(2)
+	require.NoError(t, err)
+	const msgs = 8
+	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+		if c.Rank() == 1 {
+			sends := make([]*Request, msgs)
+			for i := range sends {
+				sends[i] = StartSend(ctx, c, []float64{float64(i), float64(i * i)}, 0)
+			}
+			for _, s := range sends {
+				if err := s.Wait(ctx); err != nil {
+					return err
+				}
+			}
+			// One value too many: the receiver reports the mismatch; this
+			// side may or may not hear of it before its send completes.
+			if err := Send(ctx, c, []float32{1, 2, 3}, 0); err != nil && !errors.Is(err, ErrMismatch) {
+				return err
+			}
+			return nil
+		}
+		bufs := make([][]float64, msgs)
+		recvs := make([]*Request, msgs)
+		for i := range recvs {
+			bufs[i] = make([]float64, 2)
+			recvs[i] = StartRecv(ctx, c, bufs[i], 1)
+		}
+		for i := msgs - 1; i >= 0; i-- {
+			select {
+			case <-recvs[i].Done():
+			case <-ctx.Done():
+				return fmt.Errorf("receive %d never completed", i)
+			}
+			if done, err := recvs[i].Test(); !done || err != nil {
+				return fmt.Errorf("receive %d: done %v, %v", i, done, err)
+			}
+			if bufs[i][0] != float64(i) || bufs[i][1] != float64(i*i) {
+				return fmt.Errorf("receive %d: got %v", i, bufs[i])
+			}
+		}
+		short := StartRecv(ctx, c, make([]float32, 2), 1)
+		select {
+		case <-short.Done():
+		case <-ctx.Done():
+			return errors.New("short receive never completed")
+		}
+		if _, err := short.Test(); !errors.Is(err, ErrMismatch) {
+			return fmt.Errorf("short receive: %v, want ErrMismatch", err)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		never := StartRecv(tctx, c, make([]float32, 1), 1)
+		select {
+		case <-never.Done():
+		case <-ctx.Done():
+			return errors.New("a receive past its deadline never completed")
+		}
+		if _, err := never.Test(); !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("receive past its deadline: %v", err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d", r)
+	}
+}

@@ -16,43 +16,45 @@ import (
 const p2pCommBit = 1 << 31
 
 // Send sends data to peer, which must call Recv with the same length. It
-// runs in the caller's goroutine (no hand-off), unlike StartSend.
+// runs in the caller's goroutine (no hand-off).
 func Send[T Float](ctx context.Context, c *Comm, data []T, peer int) error {
-	return c.runP2P(ctx, "send", peer, true, sendFn(data, peer))
+	return c.startP2P(ctx, "send", peer, true, postSend(data, peer), nil).Wait(context.Background())
 }
 
 // StartSend starts Send and returns at once; data must not change until
 // the request completes.
 func StartSend[T Float](ctx context.Context, c *Comm, data []T, peer int) *Request {
-	return c.startP2P(ctx, "send", peer, true, sendFn(data, peer))
+	return c.startP2P(ctx, "send", peer, true, postSend(data, peer), nil)
 }
 
-func sendFn[T Float](data []T, peer int) func(op *collectives.Op) error {
-	return func(op *collectives.Op) error {
+func postSend[T Float](data []T, peer int) func(op *collectives.Op) *transport.Request {
+	return func(op *collectives.Op) *transport.Request {
 		op.Desc = p2pDesc[T](len(data))
-		return op.Wait(op.Send(peer, 0, collectives.AsBytes(data)))
+		return op.Send(peer, 0, collectives.AsBytes(data))
 	}
 }
 
 // Recv receives into buf the message peer sent with Send; the lengths must
-// match. It runs in the caller's goroutine, unlike StartRecv.
+// match. It runs in the caller's goroutine.
 func Recv[T Float](ctx context.Context, c *Comm, buf []T, peer int) error {
-	return c.runP2P(ctx, "recv", peer, false, recvFn(buf, peer))
+	post, check := recvFns(buf, peer)
+	return c.startP2P(ctx, "recv", peer, false, post, check).Wait(context.Background())
 }
 
-// StartRecv starts Recv and returns at once.
+// StartRecv starts Recv and returns at once. buf holds the message once
+// Wait or Test has reported the request complete.
 func StartRecv[T Float](ctx context.Context, c *Comm, buf []T, peer int) *Request {
-	return c.startP2P(ctx, "recv", peer, false, recvFn(buf, peer))
+	post, check := recvFns(buf, peer)
+	return c.startP2P(ctx, "recv", peer, false, post, check)
 }
 
-func recvFn[T Float](buf []T, peer int) func(op *collectives.Op) error {
-	return func(op *collectives.Op) error {
+func recvFns[T Float](buf []T, peer int) (post func(op *collectives.Op) *transport.Request, check func(op *collectives.Op, data []byte) error) {
+	dst := collectives.AsBytes(buf)
+	post = func(op *collectives.Op) *transport.Request {
 		op.Desc = p2pDesc[T](len(buf))
-		dst := collectives.AsBytes(buf)
-		data, err := op.WaitData(op.Recv(peer, 0, dst))
-		if err != nil {
-			return err
-		}
+		return op.Recv(peer, 0, dst)
+	}
+	check = func(op *collectives.Op, data []byte) error {
 		if len(data) != len(dst) {
 			return op.Fail(fmt.Errorf("%w: received %d bytes, expected %d", ErrInvalid, len(data), len(dst)))
 		}
@@ -61,37 +63,43 @@ func recvFn[T Float](buf []T, peer int) func(op *collectives.Op) error {
 		}
 		return nil
 	}
+	return post, check
 }
 
 func p2pDesc[T Float](n int) transport.Desc {
 	return transport.Desc{Kind: transport.OpP2P, DType: uint8(collectives.DTypeOf[T]()), Count: uint64(n)}
 }
 
-func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool, fn func(op *collectives.Op) error) *Request {
-	r := &Request{kind: kind, done: make(chan struct{})}
+// startP2P posts a point-to-point transfer and returns a request that
+// completes with the transport's own request: no goroutine of ours sits
+// between the transport's completion and the waiter, which saves a
+// wake-up per message. The operation's deadline holds without anyone
+// waiting: if its context ends first, the transfer is failed on both
+// ranks. check, if not nil, validates a received payload; it runs, with
+// the error wrapping, when Wait or Test first sees the completion.
+func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
+	post func(op *collectives.Op) *transport.Request, check func(op *collectives.Op, data []byte) error) *Request {
 	op, cancel, err := c.p2pOp(ctx, kind, peer, send)
 	if err != nil {
-		r.err = err
-		close(r.done)
-		return r
+		return failedRequest(kind, err)
 	}
-	r.seq = op.Seq
-	go func() {
+	tr := post(op)
+	stop := context.AfterFunc(op.Ctx, func() {
+		if done, _ := tr.Test(); !done {
+			op.Fail(fmt.Errorf("%w while waiting for %s", op.Ctx.Err(), tr))
+		}
+	})
+	r := &Request{kind: kind, seq: op.Seq, done: tr.Done(), tr: tr}
+	r.finish = func() error {
+		stop()
 		defer cancel()
-		r.err = fn(op)
-		close(r.done)
-	}()
-	return r
-}
-
-// runP2P is startP2P in the caller's goroutine.
-func (c *Comm) runP2P(ctx context.Context, kind string, peer int, send bool, fn func(op *collectives.Op) error) error {
-	op, cancel, err := c.p2pOp(ctx, kind, peer, send)
-	if err != nil {
-		return err
+		data, err := op.WaitData(tr) // complete: returns at once
+		if err != nil || check == nil {
+			return err
+		}
+		return check(op, data)
 	}
-	defer cancel()
-	return fn(op)
+	return r
 }
 
 // p2pOp checks the peer, numbers the message in its direction and bounds

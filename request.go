@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/transport"
@@ -15,11 +16,25 @@ import (
 type Request struct {
 	seq  uint64
 	kind string
-	done chan struct{}
+	done <-chan struct{}
 	err  error
 	algo Algo
 
 	sparse *SparseStats
+
+	// Point-to-point requests are the transport's own request tr (done
+	// is tr's); finish computes err once it has completed, once guards it.
+	tr     *transport.Request
+	finish func() error
+	once   sync.Once
+}
+
+// result is the operation's error once done is closed.
+func (r *Request) result() error {
+	if r.finish != nil {
+		r.once.Do(func() { r.err = r.finish() })
+	}
+	return r.err
 }
 
 // Wait blocks until the operation completes or ctx ends, and returns the
@@ -27,9 +42,19 @@ type Request struct {
 // operation: to cancel the operation on every rank, cancel the context it
 // was started with.
 func (r *Request) Wait(ctx context.Context) error {
+	if r.tr != nil {
+		// The transport's Wait, so that a transport that progresses in
+		// the waiting goroutine (RDMA's completion polling) can.
+		if err := r.tr.Wait(ctx); err != nil {
+			if done, _ := r.tr.Test(); !done {
+				return fmt.Errorf("sparcml: waiting for %s seq %d: %w", r.kind, r.seq, ctx.Err())
+			}
+		}
+		return r.result()
+	}
 	select {
 	case <-r.done:
-		return r.err
+		return r.result()
 	case <-ctx.Done():
 		return fmt.Errorf("sparcml: waiting for %s seq %d: %w", r.kind, r.seq, ctx.Err())
 	}
@@ -39,7 +64,7 @@ func (r *Request) Wait(ctx context.Context) error {
 func (r *Request) Test() (bool, error) {
 	select {
 	case <-r.done:
-		return true, r.err
+		return true, r.result()
 	default:
 		return false, nil
 	}
@@ -106,12 +131,11 @@ func (c *Comm) run(ctx context.Context, kind string, fn opFunc, opts []CallOptio
 // start executes a collective in its own goroutine. The sequence number is
 // taken here, synchronously, so start order defines matching order.
 func (c *Comm) start(ctx context.Context, kind string, fn opFunc, opts []CallOption) *Request {
-	r := &Request{kind: kind, done: make(chan struct{})}
 	if err := c.usable(kind); err != nil {
-		r.err = err
-		close(r.done)
-		return r
+		return failedRequest(kind, err)
 	}
+	done := make(chan struct{})
+	r := &Request{kind: kind, done: done}
 	op, cancel := c.nextOp(ctx)
 	r.seq = op.Seq
 	cc := c.callConfig(opts)
@@ -120,9 +144,16 @@ func (c *Comm) start(ctx context.Context, kind string, fn opFunc, opts []CallOpt
 		defer cancel()
 		r.algo, r.err = fn(op, cc)
 		c.untrack(op.Seq, r.err)
-		close(r.done)
+		close(done)
 	}()
 	return r
+}
+
+// failedRequest is a request that failed before it started.
+func failedRequest(kind string, err error) *Request {
+	done := make(chan struct{})
+	close(done)
+	return &Request{kind: kind, done: done, err: err}
 }
 
 // track records an operation in flight.
