@@ -50,6 +50,12 @@ type Config struct {
 	// queue before blocking on its completion channel (default 50 us, or
 	// SPARCML_RDMA_SPIN); negative blocks at once.
 	Spin time.Duration
+	// WaitSpin is how long a goroutine waiting on a request busy-polls
+	// the completion queue itself before it sleeps until the progress
+	// goroutine wakes it (default 20 ms, or SPARCML_RDMA_WAIT_SPIN);
+	// negative never polls. Where waking a sleeping thread is slow
+	// (virtual machines, emulation) this is most of a message's latency.
+	WaitSpin time.Duration
 	// NoAdvertise turns off receiver-advertised rendezvous (a receive
 	// posted before its RTS offers its buffer at once); also
 	// SPARCML_RDMA_ADVERTISE=0.
@@ -73,6 +79,7 @@ const (
 	defaultSlots     = 32
 	defaultKeepAlive = time.Second
 	defaultSpin      = 50 * time.Microsecond
+	defaultWaitSpin  = 20 * time.Millisecond
 	// 4.096 us << 15 = 134 ms per try, 6 tries: a dead peer is noticed in
 	// about a second.
 	defaultAckTimeout = 15
@@ -101,6 +108,15 @@ func (c *Config) setDefaults() {
 			c.Spin = v
 			if v == 0 {
 				c.Spin = -1
+			}
+		}
+	}
+	if c.WaitSpin == 0 {
+		c.WaitSpin = defaultWaitSpin
+		if v, err := time.ParseDuration(os.Getenv("SPARCML_RDMA_WAIT_SPIN")); err == nil {
+			c.WaitSpin = v
+			if v == 0 {
+				c.WaitSpin = -1
 			}
 		}
 	}

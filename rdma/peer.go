@@ -35,7 +35,8 @@ type peer struct {
 	sge       [1]verbs.SGE
 	creditMin int
 
-	// Receive side, progress goroutine only.
+	// Receive side, under Transport.pollMu (the progress goroutine or a
+	// polling waiter).
 	recvToPost int
 	touched    bool
 	recvWRs    []verbs.RecvWR

@@ -15,18 +15,26 @@ import (
 // come it polls in batches; once idle it busy-polls for Config.Spin and
 // then blocks on the completion channel, waking at least every KeepAlive
 // to probe the peers.
+//
+// Goroutines waiting on a request poll too (waitPoll): one of them at a
+// time busy-polls the completion queue itself, and meanwhile this loop
+// parks, so that a process has one polling thread, not two. Waiters that
+// found the poller's place taken sleep on their request; once the
+// polling waiter is done this loop polls for them until they are done or
+// give up. pollMu makes sure one goroutine at a time handles completions.
 func (t *Transport) progress() {
 	defer close(t.done)
 	wcs := make([]verbs.WorkCompletion, pollBatch)
 	lastWork, lastKA := time.Now(), time.Now()
 	for !t.stop.Load() {
-		n, err := t.cq.Poll(wcs)
+		t.pollMu.Lock()
+		n, err := t.pollLocked(wcs)
+		t.pollMu.Unlock()
 		if err != nil {
 			t.fail(fmt.Errorf("rdma: %w", err))
 			return
 		}
 		if n > 0 {
-			t.handle(wcs[:n])
 			lastWork = time.Now()
 			continue
 		}
@@ -41,16 +49,112 @@ func (t *Transport) progress() {
 				}
 			}
 		}
-		if now.Sub(lastWork) < t.cfg.Spin {
+		switch {
+		case t.spinning.Load():
+			t.parkWhileSpinning()
+			lastWork = time.Now()
+		case t.sleepers.Load() > 0:
+			// Waiters sleep on their requests: poll for them, politely
+			// (their goroutines, readied here, run on this thread).
 			runtime.Gosched()
-			continue
+			yieldThread()
+		case now.Sub(lastWork) < t.cfg.Spin:
+			runtime.Gosched()
+		default:
+			if err := t.block(wcs); err != nil {
+				t.fail(fmt.Errorf("rdma: %w", err))
+				return
+			}
+			lastWork = time.Now()
 		}
-		if err := t.block(wcs); err != nil {
-			t.fail(fmt.Errorf("rdma: %w", err))
+	}
+}
+
+// pollLocked polls the completion queue once and handles what came.
+func (t *Transport) pollLocked(wcs []verbs.WorkCompletion) (int, error) {
+	n, err := t.cq.Poll(wcs)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	t.handle(wcs[:n])
+	return n, nil
+}
+
+// waitPoll is the poller of every request (transport.Request.SetPoller),
+// called by a goroutine about to wait for it. The first such goroutine
+// busy-polls the completion queue itself until done is closed or
+// Config.WaitSpin has passed, handing its thread to other goroutines and
+// processes between polls (a completion for another request is handled
+// all the same). While it does, the others sleep on done for at most
+// WaitSpin, counted in sleepers so that the progress loop keeps polling
+// for them when the poller leaves.
+func (t *Transport) waitPoll(done <-chan struct{}) {
+	if t.cfg.WaitSpin <= 0 || t.stop.Load() {
+		return
+	}
+	if !t.spinning.CompareAndSwap(false, true) {
+		t.sleepers.Add(1)
+		timer := time.NewTimer(t.cfg.WaitSpin)
+		select {
+		case <-done:
+		case <-timer.C:
+		}
+		timer.Stop()
+		t.sleepers.Add(-1)
+		return
+	}
+	defer func() {
+		t.spinning.Store(false)
+		t.kickProgress()
+	}()
+	var wcs [pollBatch]verbs.WorkCompletion
+	deadline := time.Now().Add(t.cfg.WaitSpin)
+	for i := 1; ; i++ {
+		if t.pollMu.TryLock() {
+			if t.stop.Load() { // Close is destroying the queues
+				t.pollMu.Unlock()
+				return
+			}
+			_, err := t.pollLocked(wcs[:])
+			t.pollMu.Unlock()
+			if err != nil {
+				t.fail(fmt.Errorf("rdma: %w", err))
+				return
+			}
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if i%16 == 0 && (t.stop.Load() || time.Now().After(deadline)) {
 			return
 		}
-		lastWork = time.Now()
+		runtime.Gosched()
+		// Other threads on this CPU (this process's, the peer rank's
+		// when ranks share CPUs) get their turn.
+		yieldThread()
 	}
+}
+
+// kickProgress wakes the progress loop from parkWhileSpinning.
+func (t *Transport) kickProgress() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// parkWhileSpinning parks the progress goroutine while a waiter polls,
+// for at most KeepAlive. The waiter wakes it through kick when it stops:
+// a hand-off between goroutines that needs no other thread to be woken.
+func (t *Transport) parkWhileSpinning() {
+	t.kaTimer.Reset(t.cfg.KeepAlive)
+	select {
+	case <-t.kick:
+	case <-t.kaTimer.C:
+	}
+	t.kaTimer.Stop()
 }
 
 // block arms the CQ, polls once more (a completion that arrived before
@@ -60,13 +164,11 @@ func (t *Transport) block(wcs []verbs.WorkCompletion) error {
 	if err := t.cq.ReqNotify(false); err != nil {
 		return err
 	}
-	n, err := t.cq.Poll(wcs)
-	if err != nil {
+	t.pollMu.Lock()
+	n, err := t.pollLocked(wcs)
+	t.pollMu.Unlock()
+	if err != nil || n > 0 {
 		return err
-	}
-	if n > 0 {
-		t.handle(wcs[:n])
-		return nil
 	}
 	if _, err := t.cq.WaitEvent(time.Now().Add(t.cfg.KeepAlive)); err != nil {
 		return err

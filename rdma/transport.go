@@ -58,6 +58,7 @@ const (
 	maxSendSGE  = 16
 	maxInline   = 128
 	pollBatch   = 32
+	yieldEvery  = 32      // waitPoll: polls between sched_yield calls
 	maxWrite    = 1 << 30 // bytes per RDMA write work request
 	byeWait     = 200 * time.Millisecond
 	maxFailedOp = 4096
@@ -79,6 +80,11 @@ type Transport struct {
 
 	stop     atomic.Bool
 	done     chan struct{}
+	pollMu   sync.Mutex    // held while polling and handling completions
+	spinning atomic.Bool   // a waiter busy-polls (waitPoll)
+	sleepers atomic.Int32  // waiters sleeping on their request meanwhile
+	kick     chan struct{} // the polling waiter left (progress parks on it)
+	kaTimer  *time.Timer   // progress goroutine only
 	byeOut   atomic.Int32
 	byeCh    chan struct{}
 	touched  []*peer // peers to repost receives or drain after a batch
@@ -186,6 +192,8 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		slotSize:   (hdrSize + cfg.EagerLimit + 63) &^ 63,
 		done:       make(chan struct{}),
 		byeCh:      make(chan struct{}, 1),
+		kick:       make(chan struct{}, 1),
+		kaTimer:    time.NewTimer(time.Hour),
 		peers:      make([]*peer, cfg.Size),
 		posted:     make(map[mkey]postedRecv),
 		pendingRTS: make(map[mkey]header),
@@ -368,6 +376,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 		n += len(b)
 	}
 	req := transport.NewRequest(peer, tag, true)
+	req.SetPoller(t.waitPoll)
 	p := t.peers[peer]
 	if n <= t.cfg.EagerLimit {
 		t.enqueue(p, &outMsg{hdr: header{Kind: kindData, Tag: tag, Desc: desc}, bufs: bufs, req: req})
@@ -421,6 +430,7 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 		return transport.Failed(peer, tag, false, err)
 	}
 	req := t.m.Post(peer, tag, desc, buf)
+	req.SetPoller(t.waitPoll)
 	if done, _ := req.Test(); done {
 		t.mu.Unlock()
 		return req
@@ -634,7 +644,11 @@ func (t *Transport) Close() error {
 		t.stop.Store(true)
 		t.wake()
 		<-t.done
+		// A waiter may be polling: pollMu keeps it off the completion
+		// queue while it is destroyed (it sees stop once it gets in).
+		t.pollMu.Lock()
 		t.destroy()
+		t.pollMu.Unlock()
 	})
 	return nil
 }
@@ -742,7 +756,10 @@ func (t *Transport) destroy() {
 }
 
 // wake interrupts the progress loop's wait, for Close.
-func (t *Transport) wake() { t.ch.Interrupt() }
+func (t *Transport) wake() {
+	t.ch.Interrupt()
+	t.kickProgress()
+}
 
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
 

@@ -18,6 +18,7 @@ type Request struct {
 	done chan struct{}
 	data []byte
 	err  error
+	poll func(done <-chan struct{})
 }
 
 // NewRequest returns a pending request.
@@ -44,6 +45,15 @@ func (r *Request) Complete(data []byte, err error) bool {
 	return first
 }
 
+// SetPoller lets the transport make progress in the goroutine that waits:
+// Wait calls poll(done) before it blocks. poll must return once done is
+// closed, and give up by itself after a bounded time (Wait then blocks as
+// usual). The RDMA transport busy-polls its completion queue there, so a
+// waiter that would otherwise sleep until another thread wakes it (costly
+// where wake-ups are slow) sees its completion at once. A transport calls
+// it before handing the request out.
+func (r *Request) SetPoller(poll func(done <-chan struct{})) { r.poll = poll }
+
 // Done is closed when the request completes.
 func (r *Request) Done() <-chan struct{} { return r.done }
 
@@ -64,6 +74,9 @@ func (r *Request) Wait(ctx context.Context) error {
 	case <-r.done:
 		return r.err
 	default:
+	}
+	if r.poll != nil {
+		r.poll(r.done)
 	}
 	select {
 	case <-r.done:

@@ -35,6 +35,7 @@ type benchConfig struct {
 	seed      uint64
 	root      int
 	baseline  bool
+	window    int
 	progress  bool
 	densities []float64
 	dist      string
@@ -66,6 +67,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the ranks' inputs")
 	fs.IntVar(&cfg.root, "root", 0, "root rank of broadcast")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "with --op p2p: also time a plain TCP socket copy between the same two processes")
+	fs.IntVar(&cfg.window, "window", 1, "with --op p2p: messages in flight per iteration, acknowledged once per window (1: one message and its acknowledgement, a round trip per message; perftest's ib_write_bw streams with --tx-depth writes in flight)")
 	density := fs.String("density", "0.01", "sparse ops: fraction(s) of nonzeros per rank, e.g. 0.01,0.1 or 1%")
 	fs.StringVar(&cfg.dist, "dist", "uniform", "sparse ops: index distribution uniform|powerlaw")
 	fs.BoolVar(&cfg.vsDense, "vs-dense", false, "sparse-allreduce: also time the dense allreduce of the same n and report the speedup")
@@ -137,6 +139,12 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	case "sleep":
 	default:
 		return nil, usagef("unknown --compute-mode %q (want spin|sleep)", *computeMode)
+	}
+	if cfg.window < 1 {
+		return nil, usagef("--window must be >= 1")
+	}
+	if cfg.window > 1 && cfg.op != "p2p" {
+		return nil, usagef("--window works with --op p2p")
 	}
 	if cfg.inflight < 0 {
 		return nil, usagef("--inflight must be >= 0")

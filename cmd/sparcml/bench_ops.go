@@ -155,13 +155,18 @@ func newBenchOp[T sparcml.Float](cfg *benchConfig, c *sparcml.Comm, n int) (benc
 	case "barrier":
 		return &barrierBench{c: c}, nil
 	case "p2p":
-		o := &p2pBench[T]{cfg: cfg, c: c, data: make([]T, n), sz: sz, peer: -1}
+		o := &p2pBench[T]{cfg: cfg, c: c, data: make([]T, n), sz: sz, peer: -1, window: cfg.window}
 		switch {
 		case r%2 == 0 && r+1 < p:
 			o.peer, o.sender = r+1, true
 			seeded(o.data, cfg.seed, r)
 		case r%2 == 1:
 			o.peer = r - 1
+			// Every message of a window lands in a buffer of its own.
+			o.bufs = [][]T{o.data}
+			for range cfg.window - 1 {
+				o.bufs = append(o.bufs, make([]T, n))
+			}
 			if cfg.check {
 				o.ref = make([]T, n)
 				seeded(o.ref, cfg.seed, r-1)
@@ -315,34 +320,44 @@ func (o *barrierBench) run(ctx context.Context) (sparcml.Algo, error) {
 func (o *barrierBench) verify() bool                { return true }
 func (o *barrierBench) size() (int, int64, float64) { return 0, 0, 0 }
 
-// p2pBench sends from each even rank to the next odd rank; the receiver
-// answers with an empty message, so the sender's time covers delivery.
+// p2pBench sends from each even rank to the next odd rank: a window of
+// messages (--window, default 1) all in flight at once, which the
+// receiver acknowledges with one empty message, so the sender's time
+// covers their delivery. With a window of 1 that is a round trip per
+// message; a larger one streams, as perftest's ib_write_bw does with
+// --tx-depth writes outstanding. The bytes of a row are the window's.
 type p2pBench[T sparcml.Float] struct {
 	cfg       *benchConfig
 	c         *sparcml.Comm
 	data, ref []T
+	bufs      [][]T // receiver: one buffer per message of the window
 	sz        int64
 	peer      int
 	sender    bool
+	window    int
 	ack       []T
-	pending   *sparcml.Request
+	pending   []*sparcml.Request
+	sends     []*sparcml.Request
 }
 
-// prepare posts this iteration's receive before the barrier, as a real
+// prepare posts this iteration's receives before the barrier, as a real
 // pipeline-parallel job posts its receives ahead, so the payload lands in
 // the buffer directly instead of waiting as an unexpected message.
 func (o *p2pBench[T]) prepare() {
-	if o.ref != nil {
-		clear(o.data)
-	}
 	if o.peer < 0 {
 		return
 	}
 	ctx := context.Background()
+	o.pending = o.pending[:0]
 	if o.sender {
-		o.pending = sparcml.StartRecv(ctx, o.c, o.ack, o.peer)
-	} else {
-		o.pending = sparcml.StartRecv(ctx, o.c, o.data, o.peer)
+		o.pending = append(o.pending, sparcml.StartRecv(ctx, o.c, o.ack, o.peer))
+		return
+	}
+	for _, b := range o.bufs {
+		if o.ref != nil {
+			clear(b)
+		}
+		o.pending = append(o.pending, sparcml.StartRecv(ctx, o.c, b, o.peer))
 	}
 }
 
@@ -351,13 +366,27 @@ func (o *p2pBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
 		return collectives.AlgoDirect, nil
 	}
 	if o.sender {
-		if err := sparcml.Send(ctx, o.c, o.data, o.peer); err != nil {
+		if o.window == 1 {
+			if err := sparcml.Send(ctx, o.c, o.data, o.peer); err != nil {
+				return 0, err
+			}
+		} else {
+			o.sends = o.sends[:0]
+			for range o.window {
+				o.sends = append(o.sends, sparcml.StartSend(ctx, o.c, o.data, o.peer))
+			}
+			for _, s := range o.sends {
+				if err := s.Wait(ctx); err != nil {
+					return 0, err
+				}
+			}
+		}
+		return collectives.AlgoDirect, o.pending[0].Wait(ctx)
+	}
+	for _, r := range o.pending {
+		if err := r.Wait(ctx); err != nil {
 			return 0, err
 		}
-		return collectives.AlgoDirect, o.pending.Wait(ctx)
-	}
-	if err := o.pending.Wait(ctx); err != nil {
-		return 0, err
 	}
 	return collectives.AlgoDirect, sparcml.Send(ctx, o.c, o.ack, o.peer)
 }
@@ -366,24 +395,30 @@ func (o *p2pBench[T]) verify() bool {
 	if o.ref == nil {
 		return true
 	}
-	return equal(o.data, o.ref)
+	for _, b := range o.bufs {
+		if !equal(b, o.ref) {
+			return false
+		}
+	}
+	return true
 }
 
 func (o *p2pBench[T]) size() (int, int64, float64) {
-	return len(o.data), int64(len(o.data)) * o.sz, 1
+	return len(o.data), int64(len(o.data)) * o.sz * int64(o.window), 1
 }
 
 // rawPair is the baseline of --op p2p --baseline: a plain Go TCP socket
-// between the same two processes over loopback, same protocol (message,
-// then a one-byte acknowledgement).
+// between the same two processes over loopback, same protocol (a window
+// of messages, then a one-byte acknowledgement).
 type rawPair struct {
 	conn   net.Conn
 	sender bool
+	window int
 }
 
 // dialRawPair connects even rank r to r+1 with a plain socket; the port
 // travels over the communicator.
-func dialRawPair(ctx context.Context, c *sparcml.Comm) (*rawPair, error) {
+func dialRawPair(ctx context.Context, c *sparcml.Comm, window int) (*rawPair, error) {
 	r, p := c.Rank(), c.Size()
 	port := []float64{0}
 	switch {
@@ -401,7 +436,7 @@ func dialRawPair(ctx context.Context, c *sparcml.Comm) (*rawPair, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &rawPair{conn: conn}, nil
+		return &rawPair{conn: conn, window: window}, nil
 	case r+1 < p:
 		if err := sparcml.Recv(ctx, c, port, r+1); err != nil {
 			return nil, err
@@ -410,7 +445,7 @@ func dialRawPair(ctx context.Context, c *sparcml.Comm) (*rawPair, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &rawPair{conn: conn, sender: true}, nil
+		return &rawPair{conn: conn, sender: true, window: window}, nil
 	}
 	return nil, nil
 }
@@ -421,14 +456,18 @@ func (rp *rawPair) transfer(buf []byte) error {
 	}
 	ack := []byte{0}
 	if rp.sender {
-		if _, err := rp.conn.Write(buf); err != nil {
-			return err
+		for range rp.window {
+			if _, err := rp.conn.Write(buf); err != nil {
+				return err
+			}
 		}
 		_, err := io.ReadFull(rp.conn, ack)
 		return err
 	}
-	if _, err := io.ReadFull(rp.conn, buf); err != nil {
-		return err
+	for range rp.window {
+		if _, err := io.ReadFull(rp.conn, buf); err != nil {
+			return err
+		}
 	}
 	_, err := rp.conn.Write(ack)
 	return err

@@ -23,6 +23,15 @@ func benchSize[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *bench
 	if err != nil {
 		return nil, err
 	}
+	// p2p --baseline alternates our iterations with the plain socket's, so
+	// that a shared machine's noise hits both alike.
+	var raw *rawRun
+	if cfg.op == "p2p" && cfg.baseline {
+		if raw, err = newRawRun[T](ctx, c, cfg, op); err != nil {
+			return nil, fmt.Errorf("raw TCP baseline: %w", err)
+		}
+		defer raw.rp.close()
+	}
 	times := make([]float64, cfg.iters)
 	ok := true
 	var algo sparcml.Algo
@@ -41,6 +50,11 @@ func benchSize[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *bench
 		if err != nil {
 			return nil, err
 		}
+		if raw != nil {
+			if err := raw.iteration(ctx, c, it); err != nil {
+				return nil, fmt.Errorf("raw TCP baseline: %w", err)
+			}
+		}
 		if it < 0 {
 			continue
 		}
@@ -56,33 +70,33 @@ func benchSize[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *bench
 		return nil, err
 	}
 	rows := []result{row}
-	if cfg.op == "p2p" && cfg.baseline {
-		base, err := rawBaseline[T](ctx, c, cfg, op)
+	if raw != nil {
+		base, err := summarize(ctx, c, cfg, op, raw.times, true, raw.sent(), collectives.AlgoDirect, "raw-tcp")
 		if err != nil {
-			return nil, fmt.Errorf("raw TCP baseline: %w", err)
+			return nil, err
 		}
+		base.Check = "skipped" // the plain socket's bytes are not verified
 		rows = append(rows, base)
 	}
 	return rows, nil
 }
 
-// summarize combines every rank's measurements into one row.
+// summarize combines every rank's measurements into one row, with one
+// small allreduce: the per-iteration times, bytes sent and peak memory
+// take their maximum over ranks, the check its minimum (as -max of -ok).
 func summarize(ctx context.Context, c *sparcml.Comm, cfg *benchConfig, op benchOp, times []float64, ok bool, sent float64, algo sparcml.Algo, transportName string) (result, error) {
 	okv := 0.0
 	if ok {
 		okv = 1
 	}
-	agg := []float64{sent, float64(maxRSS())}
-	if err := sparcml.Allreduce(ctx, c, times, sparcml.Max); err != nil {
-		return result{}, err
-	}
+	agg := append(slices.Clone(times), sent, float64(maxRSS()), -okv)
 	if err := sparcml.Allreduce(ctx, c, agg, sparcml.Max); err != nil {
 		return result{}, err
 	}
-	okAll := []float64{okv}
-	if err := sparcml.Allreduce(ctx, c, okAll, sparcml.Min); err != nil {
-		return result{}, err
-	}
+	times = agg[:len(times)]
+	tail := agg[len(times):]
+	agg = tail[:2]
+	okAll := []float64{-tail[2]}
 	n, bytes, bus := op.size()
 	ds := make([]time.Duration, len(times))
 	for i, t := range times {
@@ -108,36 +122,47 @@ func summarize(ctx context.Context, c *sparcml.Comm, cfg *benchConfig, op benchO
 	return r, nil
 }
 
-// rawBaseline times the same p2p transfers over a plain socket.
-func rawBaseline[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, op benchOp) (result, error) {
+// rawRun times the same p2p transfers over a plain socket, one iteration
+// after each of ours.
+type rawRun struct {
+	rp    *rawPair
+	buf   []byte
+	times []float64
+}
+
+func newRawRun[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, op benchOp) (*rawRun, error) {
 	p2p := op.(*p2pBench[T])
-	rp, err := dialRawPair(ctx, c)
+	rp, err := dialRawPair(ctx, c, cfg.window)
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	defer rp.close()
 	buf := collectives.AsBytes(p2p.data)
 	if buf == nil {
 		buf = []byte{}
 	}
-	times := make([]float64, cfg.iters)
-	for it := -cfg.warmup; it < cfg.iters; it++ {
-		if err := c.Barrier(ctx); err != nil {
-			return result{}, err
-		}
-		t0 := time.Now()
-		if err := rp.transfer(buf); err != nil {
-			return result{}, err
-		}
-		if it >= 0 {
-			times[it] = time.Since(t0).Seconds()
-		}
+	return &rawRun{rp: rp, buf: buf, times: make([]float64, cfg.iters)}, nil
+}
+
+// iteration runs one timed transfer (it < 0: warm-up) after a barrier.
+func (r *rawRun) iteration(ctx context.Context, c *sparcml.Comm, it int) error {
+	if err := c.Barrier(ctx); err != nil {
+		return err
 	}
-	sent := 0.0
-	if rp != nil && rp.sender {
-		sent = float64(len(buf))
+	t0 := time.Now()
+	if err := r.rp.transfer(r.buf); err != nil {
+		return err
 	}
-	return summarize(ctx, c, cfg, op, times, true, sent, collectives.AlgoDirect, "raw-tcp")
+	if it >= 0 {
+		r.times[it] = time.Since(t0).Seconds()
+	}
+	return nil
+}
+
+func (r *rawRun) sent() float64 {
+	if r.rp != nil && r.rp.sender {
+		return float64(len(r.buf) * r.rp.window)
+	}
+	return 0
 }
 
 // reporter prints rows as a table, JSON lines or CSV (rank 0 only).

@@ -41,6 +41,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--op", "allreduse"}, {"--algo", "fastest"}, {"--dtype", "int8"}, {"--format", "xml"},
 		{"--transport", "carrier-pigeon"}, {"--quant", "q3"}, {"--iters", "0"}, {"--dist", "normal"},
 		{"--inflight", "2", "--op", "broadcast"}, {"--quant", "q4", "--op", "broadcast"}, {"stray"},
+		{"--window", "0", "--op", "p2p"}, {"--window", "4", "--op", "allreduce"},
 	} {
 		if _, err := parseBenchFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
