@@ -142,16 +142,43 @@ func recursiveDoublingAllgather[T Float](op *Op, buf []T, l layout, seg int) err
 // segment by segment, forwarding each segment as soon as it has arrived.
 // Steps start at base.
 func ringAllgather[T Float](op *Op, buf []T, l layout, pos int, base uint32, seg int) error {
+	return postRingAllgather(op, buf, l, pos, base, seg).run()
+}
+
+// ringGather is a ring allgather whose receives are posted: run completes
+// it. Posting early (before this rank's own block is ready) lets the
+// neighbours' segments land in place instead of as unexpected messages.
+type ringGather[T Float] struct {
+	op    *Op
+	buf   []T
+	rg    ring
+	pos   int
+	base  uint32
+	recvs []*transport.Request
+}
+
+// postRingAllgather posts every receive of ringAllgather; the blocks
+// other than pos must not be touched until run returns.
+func postRingAllgather[T Float](op *Op, buf []T, l layout, pos int, base uint32, seg int) *ringGather[T] {
 	p := op.Size()
-	rg := newRingLayout(op, l, seg)
-	items := (p - 1) * rg.nseg
+	g := &ringGather[T]{op: op, buf: buf, rg: newRingLayout(op, l, seg), pos: pos, base: base}
+	items := (p - 1) * g.rg.nseg
 	// Every segment lands in its final place, so every receive is posted
 	// at once: no scratch, and all payloads can arrive zero-copy.
-	recvs := make([]*transport.Request, items)
+	g.recvs = make([]*transport.Request, items)
 	for i := range items {
-		lo, hi := rg.segment(mod(pos-i/rg.nseg-1, p), i%rg.nseg)
-		recvs[i] = op.Recv(rg.left, base+uint32(i), AsBytes(buf[lo:hi:hi]))
+		lo, hi := g.rg.segment(mod(pos-i/g.rg.nseg-1, p), i%g.rg.nseg)
+		g.recvs[i] = op.Recv(g.rg.left, base+uint32(i), AsBytes(buf[lo:hi:hi]))
 	}
+	return g
+}
+
+// run sends this rank's block (which must now be in place) and forwards
+// every received segment to the right.
+func (g *ringGather[T]) run() error {
+	op, buf, rg, pos, base := g.op, g.buf, g.rg, g.pos, g.base
+	p := op.Size()
+	items := len(g.recvs)
 	sends := make([]*transport.Request, 0, items)
 	for j := range rg.nseg {
 		lo, hi := rg.segment(pos, j)
@@ -159,7 +186,7 @@ func ringAllgather[T Float](op *Op, buf []T, l layout, pos int, base uint32, seg
 	}
 	for i := range items {
 		lo, hi := rg.segment(mod(pos-i/rg.nseg-1, p), i%rg.nseg)
-		payload, err := op.WaitData(recvs[i])
+		payload, err := op.WaitData(g.recvs[i])
 		if err != nil {
 			return err
 		}

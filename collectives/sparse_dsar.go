@@ -14,23 +14,8 @@ import (
 // about k*c*(P-1)/P, then n*s*(P-1)/P: the choice when the result is dense
 // anyway.
 func dsarAllreduce[T Float](c *spCall[T], out *sparse.Vector[T]) error {
-	parts, err := c.scatterToOwners()
-	if err != nil {
-		return err
-	}
 	if c.q != nil {
-		// Lossy: each owner quantizes its reduced range once and the
-		// blobs travel as they are (see ssarSplitAllgather).
-		acc := c.vector()
-		n := c.bounds[c.rank+1] - c.bounds[c.rank]
-		acc.Dim, acc.Dense = n, true
-		acc.Values = append(acc.Values[:0], make([]T, n)...)
-		for _, v := range parts {
-			if err := v.AddTo(acc.Values); err != nil {
-				return c.op.Fail(err)
-			}
-		}
-		return c.gatherRanges(acc, out, true)
+		return dsarQuantized(c, out)
 	}
 	dim := c.in.Dim
 	out.Reset(dim)
@@ -40,14 +25,39 @@ func dsarAllreduce[T Float](c *spCall[T], out *sparse.Vector[T]) error {
 		out.Values = make([]T, 0, dim)
 	}
 	out.Values = out.Values[:dim]
+	// The other blocks' receives are posted before the reduce-scatter, so
+	// that a neighbour that finishes its range first sends it straight
+	// into place rather than as unexpected messages to copy.
+	l := layout{n: dim, k: c.p, offs: c.bounds}
+	gather := postRingAllgather(c.op, out.Values, l, c.rank, spStepDenseGather, segmentElems[T]())
+	parts, err := c.scatterToOwners()
+	if err != nil {
+		return err
+	}
 	acc := out.Values[c.bounds[c.rank]:c.bounds[c.rank+1]]
 	clear(acc)
-	// In rank order, so every element's sum is the same on every rank.
-	for _, v := range parts {
-		if err := v.AddTo(acc); err != nil {
-			return c.op.Fail(err)
-		}
+	// In rank order, window by window (sparse.AddAllTo), so every
+	// element's sum is the same on every rank.
+	if err := sparse.AddAllTo(acc, parts); err != nil {
+		return c.op.Fail(err)
 	}
-	l := layout{n: dim, k: c.p, offs: c.bounds}
-	return ringAllgather(c.op, out.Values, l, c.rank, spStepDenseGather, segmentElems[T]())
+	return gather.run()
+}
+
+// dsarQuantized is DSAR with a lossy codec: each owner quantizes its
+// reduced range once and the ranges travel as blobs (see
+// ssarSplitAllgather), so the result is bit-identical everywhere.
+func dsarQuantized[T Float](c *spCall[T], out *sparse.Vector[T]) error {
+	parts, err := c.scatterToOwners()
+	if err != nil {
+		return err
+	}
+	acc := c.vector()
+	n := c.bounds[c.rank+1] - c.bounds[c.rank]
+	acc.Dim, acc.Dense = n, true
+	acc.Values = append(acc.Values[:0], make([]T, n)...)
+	if err := sparse.AddAllTo(acc.Values, parts); err != nil {
+		return c.op.Fail(err)
+	}
+	return c.gatherRanges(acc, out, true)
 }

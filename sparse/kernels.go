@@ -84,6 +84,58 @@ func (v *Vector[T]) AddTo(dense []T) error {
 	return scatterAdd(dense, v.Indices, v.Values)
 }
 
+// AddAllTo adds every part into dense (len(dense) must be each part's
+// dimension), in parts order for every position, exactly as calling AddTo
+// for each part in turn would, but window by window: for each window of
+// 2^windowBits positions every sparse part scatters its entries of that
+// window, so the window of dense stays in the L1 cache while all parts
+// add into it instead of every part sweeping the whole array with random
+// writes. Dense parts are added element-wise in their turn.
+func AddAllTo[T Float](dense []T, parts []*Vector[T]) error {
+	for _, p := range parts {
+		if err := p.checkShape(); err != nil {
+			return err
+		}
+		if p.Dim != len(dense) {
+			return fmt.Errorf("%w: adding a vector of dimension %d into %d values", ErrInvalid, p.Dim, len(dense))
+		}
+	}
+	const w = 1 << windowBits
+	var posBuf [16]int
+	pos := posBuf[:0]
+	if len(parts) > len(posBuf) {
+		pos = make([]int, 0, len(parts))
+	}
+	pos = pos[:len(parts)]
+	clear(pos)
+	for base := 0; base < len(dense); base += w {
+		end := min(base+w, len(dense))
+		win := dense[base:end]
+		for p, v := range parts {
+			if v.Dense {
+				addDense(win, win, v.Values[base:end])
+				continue
+			}
+			i := pos[p]
+			ix, vx := v.Indices, v.Values[:len(v.Indices)]
+			for ; i < len(ix) && int(ix[i]) < end; i++ {
+				x := int(ix[i]) - base
+				if x < 0 {
+					return fmt.Errorf("%w: indices of part %d not sorted at position %d", ErrInvalid, p, i)
+				}
+				win[x] += vx[i]
+			}
+			pos[p] = i
+		}
+	}
+	for p, v := range parts {
+		if !v.Dense && pos[p] < len(v.Indices) {
+			return errOutOfRange(v.Indices[pos[p]], pos[p], len(dense))
+		}
+	}
+	return nil
+}
+
 // SumAll sets dst to the sum of parts, which must share one dimension and
 // must not include dst. Entries with the same index are added in the order
 // of parts, so every rank that sums the same parts gets the same bits.

@@ -107,3 +107,52 @@ func BenchmarkSumAll4(b *testing.B) {
 		})
 	}
 }
+
+// TestAddAllToMatchesAddTo: the windowed scatter-add gives the bits of
+// AddTo part after part, with sparse and dense parts mixed, and refuses
+// out-of-range and unsorted indices instead of panicking.
+func TestAddAllToMatchesAddTo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for trial := range 40 {
+		dim := 1 + rng.IntN(30000)
+		k := 1 + rng.IntN(9)
+		parts := make([]*Vector[float32], k)
+		for i := range parts {
+			v := randomVector[float32](rng, dim, rng.IntN(dim/3+1))
+			for j := range v.Values {
+				v.Values[j] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(8)-4)))
+			}
+			if trial%4 == 0 && i == k/2 {
+				v.Densify()
+			}
+			parts[i] = v
+		}
+		want := make([]float32, dim)
+		got := make([]float32, dim)
+		for i := range want {
+			want[i] = float32(rng.IntN(5))
+			got[i] = want[i]
+		}
+		for _, p := range parts {
+			if err := p.AddTo(want); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := AddAllTo(got, parts); err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("trial %d position %d: %v, AddTo gives %v", trial, i, got[i], want[i])
+			}
+		}
+	}
+	bad := []*Vector[float32]{{Dim: 10, Indices: []uint32{3, 12}, Values: []float32{1, 1}}}
+	if err := AddAllTo(make([]float32, 10), bad); err == nil {
+		t.Fatal("out-of-range index accepted")
+	}
+	bad = []*Vector[float32]{{Dim: 10000, Indices: []uint32{5000, 3}, Values: []float32{1, 1}}}
+	if err := AddAllTo(make([]float32, 10000), bad); err == nil {
+		t.Fatal("unsorted indices accepted")
+	}
+}
