@@ -373,8 +373,13 @@ func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds
 			bounds = spEqualBounds(dim, p)
 		}
 		// Owners sum P slices (split: sparse.SumAll, see mergePasses) or
-		// scatter-add them (DSAR: once).
+		// scatter-add them into a dense window (DSAR: sparse.AddAllTo,
+		// which costs about what a dense add does per byte, so it is
+		// charged at Gamma rather than the merge's SparseGamma).
 		reduce := 1.0
+		if sg := m.sparseGamma(); sg > 0 {
+			reduce = m.Gamma / sg
+		}
 		if a == AlgoSSARSplitAllgather {
 			k := 0.0
 			for r := range p {
