@@ -11,15 +11,16 @@ import (
 // segment overlaps the transfer of the next and no message exceeds
 // segmentBytes.
 //
-// The whole schedule is one stream of 2(P-1)*nseg items. Item i belongs to
-// ring step t = i / nseg and segment j = i % nseg. At item i rank r sends
-// segment j of block (r-t) mod P to r+1 and receives segment j of block
-// (r-t-1) mod P from r-1, tagged with step i. During the reduce-scatter
-// (t < P-1) the received segment lands in a pool slot and is reduced into
-// data; after step P-2 rank r holds the full result of block r+1. During
-// the allgather (t >= P-1) it lands directly in data (zero copy). Either
-// way the segment just received is the one sent at item i+nseg, so each
-// rank forwards a segment as soon as it has it.
+// The whole schedule is one stream of 2(P-1)*nseg items, run by runRing.
+// Item i belongs to ring step t = i / nseg and segment j = i % nseg. At item
+// i rank r sends segment j of block (r-t) mod P to r+1 and receives segment
+// j of block (r-t-1) mod P from r-1, tagged with step i. The reduce-scatter
+// (t < P-1) is ReduceScatter's own (reduceScatterStage) with data as both
+// its input and, for block r+1, its output: partial results travel in pool
+// slots and after step P-2 rank r holds the full result of block r+1 in
+// data. During the allgather (t >= P-1) segments land directly in data
+// (zero copy). Either way the segment just received is the one sent at item
+// i+nseg, so each rank forwards a segment as soon as it has it.
 
 // ringAllreduce runs the ring allreduce on P >= 2 ranks with segments of at
 // most seg elements.
@@ -28,50 +29,113 @@ import (
 // segment a rank forwards at item i+nseg is the one it received at item i,
 // so its right neighbour, which runs at about the same item, must already
 // have item i+nseg posted for the segment to land without an unexpected
-// message copy. Reduce-scatter items land in that many pool slots (one
-// block plus pipelineDepth segments of scratch).
+// message copy.
 func ringAllreduce[T Float](op *Op, data []T, red ReduceOp, seg int) error {
 	p, r := op.Size(), op.Rank()
 	rg := newRing(op, len(data), seg)
 	items := 2 * (p - 1) * rg.nseg
-	reducing := (p - 1) * rg.nseg // items before this one are reduce-scatter
 	ahead := ringAhead(rg, items)
-	slots := min(ahead, reducing)
-	esz := elemSize[T]()
-	slotBytes := rg.slotElems * esz
-	scratch := op.Pool.Get(slots * slotBytes)
+	own := mod(r+1, p)
+	lo, hi := rg.blocks.block(own)
+	plan := &ringAllreducePlan[T]{
+		stage:    newReduceScatterStage(op, rg, data, data[lo:hi], own, red, true, ahead),
+		data:     data,
+		reducing: (p - 1) * rg.nseg,
+	}
+	if err := runRing(op, rg, items, ahead, plan); err != nil {
+		return err // scratch is dropped: a failed receive may still be landing in it
+	}
+	plan.stage.release()
+	return nil
+}
 
+// ringAllreducePlan is the ring allreduce's item stream: the reduce-scatter
+// stage for the first reducing items, then the allgather of data.
+type ringAllreducePlan[T Float] struct {
+	stage    *reduceScatterStage[T]
+	data     []T
+	reducing int // items before this one are reduce-scatter
+}
+
+// gathered returns the bounds in data of the segment allgather item i
+// receives; the one it sends is the segment received nseg items earlier.
+func (a *ringAllreducePlan[T]) gathered(i int) (lo, hi int) {
+	rg := a.stage.rg
+	return rg.segment(mod(a.stage.op.Rank()-i/rg.nseg-1, a.stage.op.Size()), i%rg.nseg)
+}
+
+func (a *ringAllreducePlan[T]) recvBuffer(i int) (buf []byte, after int) {
+	if i < a.reducing {
+		return a.stage.recvBuffer(i)
+	}
+	// A gathered segment overwrites the region that the reduce-scatter
+	// used at the item (P-1)*nseg earlier: at the first step that item's
+	// send reads it; later, the region is read as this rank's contribution
+	// before that item's send starts. Either way the send's completion
+	// makes the region free.
+	lo, hi := a.gathered(i)
+	return AsBytes(a.data[lo:hi:hi]), i - a.reducing
+}
+
+func (a *ringAllreducePlan[T]) sendBuffer(i int) []byte {
+	if i < a.reducing {
+		return a.stage.sendBuffer(i)
+	}
+	lo, hi := a.gathered(i - a.stage.rg.nseg)
+	return AsBytes(a.data[lo:hi])
+}
+
+func (a *ringAllreducePlan[T]) arrive(i int, payload []byte) error {
+	if i < a.reducing {
+		return a.stage.arrive(i, payload)
+	}
+	lo, hi := a.gathered(i)
+	return received(a.stage.op, a.stage.rg.left, payload, a.data[lo:hi])
+}
+
+// ringPlan says, item by item, what a ring stream receives, sends and does
+// with what arrives.
+type ringPlan interface {
+	// recvBuffer returns where item i is received and the item whose send
+	// must have completed before that buffer may be written (-1 if none).
+	recvBuffer(i int) (buf []byte, after int)
+	// sendBuffer returns what item i sends. It is called once item
+	// i-nseg has arrived (or, for the first nseg items, at the start).
+	sendBuffer(i int) []byte
+	// arrive handles item i's payload.
+	arrive(i int, payload []byte) error
+}
+
+// runRing runs a stream of items around the ring rg: item i is received
+// from the left neighbour and sent to the right one with step i, and the
+// send of item i+nseg starts as soon as item i has arrived, since it
+// forwards what item i brought. Receives are posted ahead items in advance;
+// one whose buffer is still being sent from is posted later, waiting for
+// that send only when its item is the next to arrive.
+func runRing(op *Op, rg ring, items, ahead int, plan ringPlan) error {
 	recvs := make([]*transport.Request, ahead) // item i in recvs[i%ahead]
 	sends := make([]*transport.Request, items)
 	posted := 0
-	// postUntil posts the receives of items [posted, limit) in order. A
-	// gathered segment overwrites a region this rank sent (P-1)*nseg items
-	// earlier, so that send must have completed first: when it has not,
-	// postUntil waits if must is set and otherwise stops for now.
+	// postUntil posts the receives of items [posted, limit) in order. When
+	// a buffer's send has not completed, it waits if must is set and
+	// otherwise stops for now.
 	postUntil := func(limit int, must bool) error {
 		for ; posted < limit; posted++ {
-			i := posted
-			lo, hi := rg.segment(mod(r-i/rg.nseg-1, p), i%rg.nseg)
-			if i < reducing {
-				off := (i % slots) * slotBytes
-				n := (hi - lo) * esz
-				recvs[i%ahead] = op.Recv(rg.left, uint32(i), scratch[off:off+n:off+n])
-				continue
+			buf, after := plan.recvBuffer(posted)
+			if after >= 0 {
+				if !must && !completed(sends[after]) {
+					return nil
+				}
+				if err := op.Wait(sends[after]); err != nil {
+					return err
+				}
 			}
-			k := i - reducing
-			if !must && !completed(sends[k]) {
-				return nil
-			}
-			if err := op.Wait(sends[k]); err != nil {
-				return err
-			}
-			recvs[i%ahead] = op.Recv(rg.left, uint32(i), AsBytes(data[lo:hi:hi]))
+			recvs[posted%ahead] = op.Recv(rg.left, uint32(posted), buf)
 		}
 		return nil
 	}
 	start := func(i int) {
-		lo, hi := rg.segment(mod(r-i/rg.nseg, p), i%rg.nseg)
-		sends[i] = op.Send(rg.right, uint32(i), AsBytes(data[lo:hi]))
+		sends[i] = op.Send(rg.right, uint32(i), plan.sendBuffer(i))
 	}
 
 	if err := postUntil(ahead, false); err != nil {
@@ -84,17 +148,11 @@ func ringAllreduce[T Float](op *Op, data []T, red ReduceOp, seg int) error {
 		if err := postUntil(i+1, true); err != nil {
 			return err
 		}
-		lo, hi := rg.segment(mod(r-i/rg.nseg-1, p), i%rg.nseg)
 		payload, err := op.WaitData(recvs[i%ahead])
 		if err != nil {
-			return err // scratch is dropped: a failed receive may still be landing in it
+			return err
 		}
-		if i < reducing {
-			if len(payload) != (hi-lo)*esz {
-				return failSize(op, rg.left, len(payload), (hi-lo)*esz)
-			}
-			ReduceInto(red, data[lo:hi], FromBytes[T](payload))
-		} else if err := received(op, rg.left, payload, data[lo:hi]); err != nil {
+		if err := plan.arrive(i, payload); err != nil {
 			return err
 		}
 		if i+rg.nseg < items {
@@ -104,11 +162,7 @@ func ringAllreduce[T Float](op *Op, data []T, red ReduceOp, seg int) error {
 			return err
 		}
 	}
-	if err := op.Wait(sends...); err != nil {
-		return err
-	}
-	op.Pool.Put(scratch)
-	return nil
+	return op.Wait(sends...)
 }
 
 // ringAhead is how many receives the ring algorithms keep posted: a block

@@ -391,18 +391,32 @@ func benchSize(n int) string {
 // benchAllreduce runs b.N allreduces of n float32 on p ranks that stay up
 // across iterations, with one buffer pool per rank as a communicator has.
 func benchAllreduce(b *testing.B, p, n int, algo collectives.Algo) {
+	data := make([][]float32, p)
+	for r := range p {
+		data[r] = denseInput[float32](1, r, n)
+	}
+	benchCollective(b, p, 4*n, func(op *collectives.Op) error {
+		_, err := collectives.Allreduce(op, data[op.Rank()], collectives.Max, algo, collectives.DefaultCostModel)
+		return err
+	})
+}
+
+// benchCollective runs b.N operations on p in-memory ranks that stay up
+// across iterations, with one buffer pool per rank as a communicator has;
+// run is one rank's part of one operation, and bytes the vector size for
+// MB/s. It reports the busiest rank's payload bytes per operation, to
+// compare with AllreduceBytesSent and with nccl-tests' bus bandwidth.
+func benchCollective(b *testing.B, p, bytes int, run func(op *collectives.Op) error) {
 	b.ReportAllocs()
-	b.SetBytes(int64(4 * n))
+	b.SetBytes(int64(bytes))
 	ts := transport.NewInMemory(p)
 	defer func() {
 		for _, tr := range ts {
 			tr.Close()
 		}
 	}()
-	data := make([][]float32, p)
 	pools := make([]*collectives.Buffers, p)
 	for r := range p {
-		data[r] = denseInput[float32](1, r, n)
 		pools[r] = &collectives.Buffers{}
 	}
 	ctx := context.Background()
@@ -415,9 +429,7 @@ func benchAllreduce(b *testing.B, p, n int, algo collectives.Algo) {
 		errc := make(chan error, p)
 		for r := range p {
 			go func(r int) {
-				op := &collectives.Op{Ctx: ctx, T: ts[r], Comm: 1, Seq: uint64(i + 1), Pool: pools[r]}
-				_, err := collectives.Allreduce(op, data[r], collectives.Max, algo, collectives.DefaultCostModel)
-				errc <- err
+				errc <- run(&collectives.Op{Ctx: ctx, T: ts[r], Comm: 1, Seq: uint64(i + 1), Pool: pools[r]})
 			}(r)
 		}
 		for range p {
@@ -427,8 +439,6 @@ func benchAllreduce(b *testing.B, p, n int, algo collectives.Algo) {
 		}
 	}
 	b.StopTimer()
-	// The busiest rank's payload bytes per operation, to compare with
-	// AllreduceBytesSent and with nccl-tests' bus bandwidth.
 	var most uint64
 	for r := range p {
 		most = max(most, ts[r].Stats().Sub(before[r]).BytesSent)
@@ -482,23 +492,18 @@ func checkAllreduceMemory(t *testing.T, p, n int, algo collectives.Algo) {
 // BenchmarkReduceInto measures the reduction kernels on 1M elements
 // (MB/s counts the destination's bytes: 1/gamma in the cost model).
 func BenchmarkReduceInto(b *testing.B) {
-	const n = 1 << 20
 	for _, red := range denseReductions {
-		b.Run(fmt.Sprintf("float32/%v", red), func(b *testing.B) {
-			dst, src := denseInput[float32](1, 0, n), denseInput[float32](1, 1, n)
-			b.SetBytes(4 * n)
-			b.ReportAllocs()
-			for b.Loop() {
-				collectives.ReduceInto(red, dst, src)
-			}
-		})
-		b.Run(fmt.Sprintf("float64/%v", red), func(b *testing.B) {
-			dst, src := denseInput[float64](1, 0, n), denseInput[float64](1, 1, n)
-			b.SetBytes(8 * n)
-			b.ReportAllocs()
-			for b.Loop() {
-				collectives.ReduceInto(red, dst, src)
-			}
-		})
+		b.Run(fmt.Sprintf("float32/%v", red), func(b *testing.B) { benchReduceInto[float32](b, red) })
+		b.Run(fmt.Sprintf("float64/%v", red), func(b *testing.B) { benchReduceInto[float64](b, red) })
+	}
+}
+
+func benchReduceInto[T collectives.Float](b *testing.B, red collectives.ReduceOp) {
+	const n = 1 << 20
+	dst, src := denseInput[T](1, 0, n), denseInput[T](1, 1, n)
+	b.SetBytes(int64(len(collectives.AsBytes(dst))))
+	b.ReportAllocs()
+	for b.Loop() {
+		collectives.ReduceInto(red, dst, src)
 	}
 }

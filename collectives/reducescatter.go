@@ -44,127 +44,141 @@ func reduceScatter[T Float](op *Op, in []T, out []T, red ReduceOp, algo Algo, se
 	return ringReduceScatter(op, in, out, red, inPlace, seg)
 }
 
-// ringReduceScatter runs the reduce-scatter half of the ring allreduce
-// without touching in. Item i (ring step t = i/nseg, segment j) receives
-// the partial result of segment j of block (r-t-2) from r-1, reduces this
-// rank's own contribution into it and, unless t is the last step, sends
-// the very same slot on to r+1 as item i+nseg: partial results never cost
-// a copy. At the last step (t = P-2) the block is r's own and lands in out.
-// Receives are posted a block and a few segments ahead, as in the
-// allreduce; a slot is reused only once its forwarding send has completed,
-// and pipelineDepth extra slots make that rarely wait.
+// ringReduceScatter runs ReduceScatter's ring: the reduce-scatter stage
+// alone, leaving block r on rank r.
 func ringReduceScatter[T Float](op *Op, in, out []T, red ReduceOp, inPlace bool, seg int) error {
-	p, r := op.Size(), op.Rank()
-	m := len(out)
 	rg := newRing(op, len(in), seg)
-	items := (p - 1) * rg.nseg
+	items := (op.Size() - 1) * rg.nseg
 	ahead := ringAhead(rg, items)
-	nslots := ahead + min(pipelineDepth, rg.nseg)
-	esz := elemSize[T]()
-	slotBytes := rg.slotElems * esz
-	scratch := op.Pool.Get(nslots * slotBytes)
-	slot := func(i, elems int) []byte {
-		off := (i % nslots) * slotBytes
-		return scratch[off : off+elems*esz : off+elems*esz]
+	stage := newReduceScatterStage(op, rg, in, out, op.Rank(), red, inPlace, ahead)
+	if err := runRing(op, rg, items, ahead, stage); err != nil {
+		return err // scratch is dropped: a failed receive may still be landing in it
 	}
-	final := func(i int) bool { return i/rg.nseg == p-2 }
-	// recvSegment is where item i's segment lives in in.
-	recvSegment := func(i int) (lo, hi int) { return rg.segment(mod(r-i/rg.nseg-2, p), i%rg.nseg) }
-
-	recvs := make([]*transport.Request, ahead) // item i in recvs[i%ahead]
-	sends := make([]*transport.Request, items)
-	posted := 0
-	// postUntil posts the receives of items [posted, limit) in order; a
-	// slot whose forwarding send is still running is waited for if must is
-	// set, else posting stops for now.
-	postUntil := func(limit int, must bool) error {
-		for ; posted < limit; posted++ {
-			i := posted
-			lo, hi := recvSegment(i)
-			if final(i) && !inPlace {
-				recvs[i%ahead] = op.Recv(rg.left, uint32(i), AsBytes(out[lo-r*m:hi-r*m:hi-r*m]))
-				continue
-			}
-			if prev := i - nslots; prev >= 0 && !final(prev) {
-				forward := sends[prev+rg.nseg]
-				if !must && !completed(forward) {
-					return nil
-				}
-				if err := op.Wait(forward); err != nil {
-					return err
-				}
-			}
-			recvs[i%ahead] = op.Recv(rg.left, uint32(i), slot(i, hi-lo))
-		}
-		return nil
-	}
-	// start sends item i: this rank's own block (r-1) at the first step,
-	// else the partial result received and completed as item i-nseg.
-	start := func(i int) {
-		if i < rg.nseg {
-			lo, hi := rg.segment(mod(r-1, p), i)
-			sends[i] = op.Send(rg.right, uint32(i), AsBytes(in[lo:hi]))
-			return
-		}
-		lo, hi := recvSegment(i - rg.nseg)
-		sends[i] = op.Send(rg.right, uint32(i), slot(i-rg.nseg, hi-lo))
-	}
-
-	if err := postUntil(ahead, false); err != nil {
-		return err
-	}
-	for i := range rg.nseg {
-		start(i)
-	}
-	for i := range items {
-		if err := postUntil(i+1, true); err != nil {
-			return err
-		}
-		lo, hi := recvSegment(i)
-		payload, err := op.WaitData(recvs[i%ahead])
-		if err != nil {
-			return err // scratch is dropped: a failed receive may still be landing in it
-		}
-		if err := arriveReduceScatter(op, rg.left, payload, lo, hi, in, out, red, inPlace, final(i), slot(i, hi-lo)); err != nil {
-			return err
-		}
-		if i+rg.nseg < items {
-			start(i + rg.nseg)
-		}
-		if err := postUntil(min(i+1+ahead, items), false); err != nil {
-			return err
-		}
-	}
-	if err := op.Wait(sends...); err != nil {
-		return err
-	}
-	op.Pool.Put(scratch)
+	stage.release()
 	return nil
 }
 
-// arriveReduceScatter adds this rank's contribution in[lo:hi] to the
-// partial result just received: in its slot, or in out at the last step.
-func arriveReduceScatter[T Float](op *Op, peer int, payload []byte, lo, hi int, in, out []T, red ReduceOp,
-	inPlace, final bool, slot []byte) error {
-	r, m := op.Rank(), len(out)
-	if len(payload) != len(slot) {
-		return failSize(op, peer, len(payload), len(slot))
+// reduceScatterStage is the reduce-scatter of the ring, shared by
+// ReduceScatter and the ring allreduce (which follows it with the ring
+// allgather in the same item stream). It never writes in except through
+// out. Item i (ring step t = i/nseg, segment j = i%nseg) receives from r-1
+// the partial result of segment j of block (own-t-2), reduces this rank's
+// contribution from in into it and, unless t is the last step (P-2), sends
+// the very same slot on to r+1 as item i+nseg: partial results never cost a
+// copy. At the last step the block is own and the result lands in out. The
+// first step sends this rank's contribution to block own-1 straight from in.
+//
+// A slot is reused only once its forwarding send has completed; the stage
+// has pipelineDepth more slots than the stream keeps receives posted, so
+// that this rarely waits.
+type reduceScatterStage[T Float] struct {
+	op      *Op
+	rg      ring
+	in      []T
+	out     []T // the result, block own of in's layout
+	outLo   int // where out starts in in's layout
+	own     int // the block this rank ends with
+	red     ReduceOp
+	inPlace bool // out is block own of in itself
+	items   int  // (P-1)*nseg
+	// Partial results land in nslots slots of slotBytes each in scratch.
+	nslots    int
+	slotBytes int
+	scratch   []byte
+}
+
+// newReduceScatterStage prepares the reduce-scatter of in over the ring rg
+// leaving block own in out, for a stream that keeps ahead receives posted.
+func newReduceScatterStage[T Float](op *Op, rg ring, in, out []T, own int, red ReduceOp, inPlace bool, ahead int) *reduceScatterStage[T] {
+	items := (op.Size() - 1) * rg.nseg
+	// More slots than items would never be used.
+	nslots := min(ahead+min(pipelineDepth, rg.nseg), items)
+	slotBytes := rg.slotElems * elemSize[T]()
+	return &reduceScatterStage[T]{
+		op:        op,
+		rg:        rg,
+		in:        in,
+		out:       out,
+		outLo:     rg.blocks.start(own),
+		own:       own,
+		red:       red,
+		inPlace:   inPlace,
+		items:     items,
+		nslots:    nslots,
+		slotBytes: slotBytes,
+		scratch:   op.Pool.Get(nslots * slotBytes),
+	}
+}
+
+// release returns the scratch to the pool; only after a successful run, as
+// a failed receive may still be landing in it.
+func (s *reduceScatterStage[T]) release() { s.op.Pool.Put(s.scratch) }
+
+// recvSegment returns the bounds in in of the segment item i receives.
+func (s *reduceScatterStage[T]) recvSegment(i int) (lo, hi int) {
+	return s.rg.segment(mod(s.own-i/s.rg.nseg-2, s.op.Size()), i%s.rg.nseg)
+}
+
+// final reports whether item i belongs to the last step, whose block is own.
+func (s *reduceScatterStage[T]) final(i int) bool { return i/s.rg.nseg == s.op.Size()-2 }
+
+// slot returns the first elems elements' worth of item i's slot.
+func (s *reduceScatterStage[T]) slot(i, elems int) []byte {
+	off := (i % s.nslots) * s.slotBytes
+	end := off + elems*elemSize[T]()
+	return s.scratch[off:end:end]
+}
+
+// outSegment returns the part of out that holds in[lo:hi].
+func (s *reduceScatterStage[T]) outSegment(lo, hi int) []T {
+	return s.out[lo-s.outLo : hi-s.outLo : hi-s.outLo]
+}
+
+func (s *reduceScatterStage[T]) recvBuffer(i int) (buf []byte, after int) {
+	lo, hi := s.recvSegment(i)
+	if s.final(i) && !s.inPlace {
+		return AsBytes(s.outSegment(lo, hi)), -1
+	}
+	after = -1
+	if prev := i - s.nslots; prev >= 0 && !s.final(prev) {
+		after = prev + s.rg.nseg // the send that forwards the slot's last item
+	}
+	return s.slot(i, hi-lo), after
+}
+
+func (s *reduceScatterStage[T]) sendBuffer(i int) []byte {
+	if i < s.rg.nseg {
+		lo, hi := s.rg.segment(mod(s.own-1, s.op.Size()), i)
+		return AsBytes(s.in[lo:hi])
+	}
+	lo, hi := s.recvSegment(i - s.rg.nseg)
+	return s.slot(i-s.rg.nseg, hi-lo)
+}
+
+// arrive adds this rank's contribution to the partial result item i just
+// received: in its slot, or in out at the last step.
+func (s *reduceScatterStage[T]) arrive(i int, payload []byte) error {
+	lo, hi := s.recvSegment(i)
+	want := (hi - lo) * elemSize[T]()
+	if len(payload) != want {
+		return failSize(s.op, s.rg.left, len(payload), want)
 	}
 	switch {
-	case final && inPlace:
+	case s.final(i) && s.inPlace:
 		// out already holds this rank's block of in.
-		ReduceInto(red, out[lo-r*m:hi-r*m], FromBytes[T](payload))
-	case final:
-		dst := out[lo-r*m : hi-r*m]
-		if err := received(op, peer, payload, dst); err != nil {
+		ReduceInto(s.red, s.outSegment(lo, hi), FromBytes[T](payload))
+	case s.final(i):
+		dst := s.outSegment(lo, hi)
+		if err := received(s.op, s.rg.left, payload, dst); err != nil {
 			return err
 		}
-		ReduceInto(red, dst, in[lo:hi])
+		ReduceInto(s.red, dst, s.in[lo:hi])
 	default:
+		slot := s.slot(i, hi-lo)
 		if len(slot) > 0 && &payload[0] != &slot[0] {
 			copy(slot, payload)
 		}
-		ReduceInto(red, FromBytes[T](slot), in[lo:hi])
+		ReduceInto(s.red, FromBytes[T](slot), s.in[lo:hi])
 	}
 	return nil
 }
