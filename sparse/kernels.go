@@ -303,7 +303,16 @@ func sumWindows[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
 	const w = 1 << windowBits
 	idx := grow(dst.Indices, total)
 	val := grow(dst.Values, total)
+	// The accumulator holds -0 wherever nothing has been added: -0 is the
+	// exact additive identity (-0 + x is x, bit for bit, -0 and +0
+	// included), so the first value of a position needs no special case
+	// and the inner loop has no branch on it. Emitting a position puts
+	// -0 back.
 	var acc [w]T
+	negZero := T(math.Copysign(0, -1))
+	for i := range acc {
+		acc[i] = negZero
+	}
 	var seen [w / 64]uint64
 	var posBuf [16]int
 	pos := posBuf[:0]
@@ -325,34 +334,36 @@ func sumWindows[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
 			break
 		}
 		base := next &^ (w - 1)
-		end := uint64(base) + w
 		for p, v := range parts {
 			i := pos[p]
 			ix, vx := v.Indices, v.Values[:len(v.Indices)]
-			for ; i < len(ix) && uint64(ix[i]) < end; i++ {
-				x := ix[i] - base
-				word, bit := x>>6, uint64(1)<<(x&63)
-				if seen[word]&bit == 0 {
-					seen[word] |= bit
-					acc[x] = vx[i]
-				} else {
-					acc[x] += vx[i]
+			for ; i < len(ix); i++ {
+				x := ix[i] - base // entries from pos on are >= base
+				if x >= w {
+					break
 				}
+				x &= w - 1 // no-op, lets the compiler drop bounds checks
+				seen[x>>6] |= 1 << (x & 63)
+				acc[x] += vx[i]
 			}
 			pos[p] = i
 		}
+		out, vals := idx[n:], val[n:]
+		k := 0
 		for wi, word := range seen {
 			if word == 0 {
 				continue
 			}
 			seen[wi] = 0
 			for word != 0 {
-				x := uint32(wi*64 + bits.TrailingZeros64(word))
+				x := uint32(wi*64+bits.TrailingZeros64(word)) & (w - 1)
 				word &= word - 1
-				idx[n], val[n] = base+x, acc[x]
-				n++
+				out[k], vals[k] = base+x, acc[x]
+				acc[x] = negZero
+				k++
 			}
 		}
+		n += k
 	}
 	dst.Dim, dst.Dense = dim, false
 	dst.Indices, dst.Values = idx[:n], val[:n]

@@ -156,3 +156,40 @@ func TestAddAllToMatchesAddTo(t *testing.T) {
 		t.Fatal("unsorted indices accepted")
 	}
 }
+
+// BenchmarkSumAll4Large is the allgather baseline's local sum at the
+// issue's size: four parts of 1% each of 2^24 positions.
+func BenchmarkSumAll4Large(b *testing.B) {
+	const dim, nnz = 1 << 24, 1 << 24 / 100
+	rng := rand.New(rand.NewPCG(3, 4))
+	parts := make([]*Vector[float32], 4)
+	for i := range parts {
+		parts[i] = randomVector[float32](rng, dim, nnz)
+	}
+	var dst Vector[float32]
+	b.ReportAllocs()
+	m := startCPU(b)
+	for b.Loop() {
+		_ = SumAll(&dst, parts)
+	}
+	m.report(4 * nnz)
+	reportPerNNZ(b, 4*nnz)
+}
+
+// TestSumWindowsSignedZeros: the windowed kernel's -0 identity keeps the
+// sign of zeros exactly as the merges do (a lone -0 stays -0, -0 + +0 is
+// +0).
+func TestSumWindowsSignedZeros(t *testing.T) {
+	negZero := float32(math.Copysign(0, -1))
+	parts := []*Vector[float32]{
+		{Dim: 10000, Indices: []uint32{1, 2, 3}, Values: []float32{negZero, negZero, 0}},
+		{Dim: 10000, Indices: []uint32{2, 3, 4}, Values: []float32{negZero, negZero, negZero}},
+	}
+	var w, m Vector[float32]
+	sumWindows(&w, parts, 10000, 6)
+	mergeK(&m, parts, 10000, 6)
+	sameBits(t, "windows", &w, &m)
+	if math.Float32bits(w.Values[0]) != math.Float32bits(negZero) {
+		t.Fatalf("lone -0 became %v", w.Values[0])
+	}
+}
