@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -413,29 +414,39 @@ func decodeBitpackGaps(out []uint32, src []byte, off int, limit uint64) (int, er
 }
 
 // unpackGaps decodes the width-bit gaps of one block into out[start:end].
+// Each gap is read with one 8-byte load at its bit offset (a gap of up to
+// 32 bits plus a shift of up to 7 fits in 64), the block's last few gaps
+// from a zero-padded copy of its tail.
 func unpackGaps(out []uint32, start, end int, block []byte, width uint, limit uint64) error {
 	mask := uint64(1)<<width - 1
-	var acc uint64
-	var avail uint
 	var or uint32 // of all gaps, to check that width is minimal
-	pos := 0      // next byte of block
+	var tail [16]byte
+	fast := len(block) - 8 // bytes from which an 8-byte load stays inside block
+	bit := uint(0)
+	prev := uint64(out[start-1])
 	for i := start; i < end; i++ {
-		for avail < width {
-			acc |= uint64(block[pos]) << avail
-			pos++
-			avail += 8
+		at := int(bit >> 3)
+		var w uint64
+		if at <= fast {
+			w = binary.LittleEndian.Uint64(block[at:])
+		} else {
+			copy(tail[:], block[at:])
+			w = binary.LittleEndian.Uint64(tail[:])
+			clear(tail[:])
 		}
-		g := uint32(acc & mask)
+		g := uint32(w >> (bit & 7) & mask)
+		bit += width
 		or |= g
-		acc >>= width
-		avail -= width
-		index := uint64(out[i-1]) + uint64(g) + 1 // in uint64: cannot wrap
+		index := prev + uint64(g) + 1 // in uint64: cannot wrap
 		if index >= limit {
 			return indexRangeError(index, limit)
 		}
 		out[i] = uint32(index)
+		prev = index
 	}
-	if acc != 0 {
+	// The block is exactly the bits of its gaps rounded up to bytes: the
+	// bits after the last gap must be zero padding.
+	if r := bit & 7; r != 0 && block[len(block)-1]>>r != 0 {
 		return corruptf("nonzero padding bits in bitpack block")
 	}
 	// The encoder always uses the smallest width; accepting only that keeps

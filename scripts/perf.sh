@@ -3,15 +3,22 @@
 # run, and prints JSON lines (one per measurement) to stdout. Needs
 # bin/sparcml (make build) and, for the Open MPI peers, openmpi-bin and
 # libopenmpi-dev (make -C bench/mpi).
+#
+# Sparse runs use --warmup 40 (and the MPI peer the same): a new
+# communicator's first ~30 sparse allreduces run 3-4x slower than its
+# steady state on this machine (docs/PERFORMANCE.md, "Warm-up"), and a
+# training job lives in the steady state. The same runs with 3 warm-up
+# iterations are printed too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=bin/sparcml
 ITERS=${ITERS:-20}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl tcp,self --mca btl_tcp_if_include lo --mca pml ob1"
 j() { "$B" bench --format json --iters "$ITERS" --warmup 3 "$@"; }
+jw() { "$B" bench --format json --iters "$ITERS" --warmup 40 "$@"; }
 
-echo "# p2p vs plain Go TCP socket copy" >&2
-j -n 2 --op p2p --sizes 64K:64M --baseline
+echo "# p2p vs plain Go TCP socket copy (iterations interleaved)" >&2
+j -n 2 --op p2p --sizes 64K:16M --baseline --iters 40
 
 echo "# dense allreduce 16M float32 vs Open MPI (TCP BTL)" >&2
 for p in 2 4 8; do
@@ -20,29 +27,31 @@ for p in 2 4 8; do
 done
 
 echo "# sparse allreduce, P=4, 16M, uniform 1%: auto vs dense vs Open MPI allgatherv" >&2
+jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --vs-dense
+$MPIRUN -np 4 bench/mpi/sparse_allgatherv 16777216 0.01 "$ITERS" 40
 j -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --vs-dense
 $MPIRUN -np 4 bench/mpi/sparse_allgatherv 16777216 0.01 "$ITERS" 3
 
 echo "# sparse allreduce, P=8, 16M, uniform 10%: auto vs every forced algorithm vs dense" >&2
-for a in auto ssar-rd ssar-split dsar allgather ring rabenseifner; do
-	j -n 8 --op sparse-allreduce --sizes 16M --density 0.1 --algo "$a" --iters 5 --warmup 1
+for a in auto dsar rabenseifner ring ssar-split allgather; do
+	j -n 8 --op sparse-allreduce --sizes 16M --density 0.1 --algo "$a" --iters 7 --warmup 5
 done
-j -n 8 --op allreduce --sizes 16M --iters 5 --warmup 1
+j -n 8 --op allreduce --sizes 16M --iters 7 --warmup 5
 
 echo "# bytes per rank vs the model, each algorithm, P=4, 16M, 1%" >&2
 for a in ssar-rd ssar-split dsar allgather; do
-	j -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --algo "$a" --iters 5 --warmup 1
+	j -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --algo "$a" --iters 3 --warmup 1
 done
 
 echo "# balanced vs equal ranges on a power-law support, P=4" >&2
-j -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --dist powerlaw --algo ssar-split --iters 5 --warmup 1
-j -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --dist powerlaw --algo ssar-split --balanced --iters 5 --warmup 1
+jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --dist powerlaw --algo ssar-split
+jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --dist powerlaw --algo ssar-split --balanced
 
-echo "# low precision: q4 sparse and fp16 dense vs float32" >&2
+echo "# low precision: q4 sparse and fp16/bf16 dense vs float32" >&2
 for q in none q4; do
-	j -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --quant $q --iters 10
+	jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --quant $q
 done
-for q in none fp16; do
+for q in none fp16 bf16; do
 	j -n 4 --op allreduce --sizes 16M --quant $q --iters 10
 done
 
