@@ -97,6 +97,28 @@ type quantRun struct {
 
 // runQuantized runs QuantizedAllreduce on p ranks over n elements of
 // seeded input.
+// checkQuantizedRun asserts a run of q: no errors, bit-identical
+// replicas, every element within the codec's bound of the float64 sum of
+// the inputs, and each rank's bytes equal to the schedule's prediction.
+func checkQuantizedRun(t *testing.T, q quantRun, res quantResult[float32]) {
+	t.Helper()
+	requireNoErrors(t, res.errs)
+	requireIdentical(t, res.outputs)
+	ref := newQuantRef(res.inputs)
+	bound := func(i int) float64 { return halfBound(q.kind, q.p, ref.abs[i], ref.sum[i]) }
+	if q.kind.Stochastic() {
+		hard, _, _ := stochasticBounds(q.kind, ref)
+		bound = func(int) float64 { return hard }
+	}
+	for i, got := range res.outputs[0] {
+		require.LessOrEqual(t, math.Abs(float64(got)-ref.sum[i]), bound(i), "P%d n %d seg %d %v element %d", q.p, q.n, q.seg, q.kind, i)
+	}
+	codec := codecFor(t, q.kind, q.bucket, 0, 0)
+	for r := range q.p {
+		require.Equal(t, uint64(collectives.QuantizedBytesSentSeg(q.n, q.seg, q.p, r, codec)), res.stats[r].BytesSent, "rank %d", r)
+	}
+}
+
 func runQuantized[T collectives.Float](t testing.TB, q quantRun) quantResult[T] {
 	t.Helper()
 	res := quantResult[T]{inputs: make([][]T, q.p), outputs: make([][]T, q.p), stats: make([]transport.Stats, q.p)}
@@ -280,22 +302,8 @@ func TestQuantizedAllreduceSegments(t *testing.T) {
 				if seg == 1 {
 					n = 97
 				}
-				res := runQuantized[float32](t, quantRun{p: p, n: n, kind: kind, bucket: 64, seed: uint64(seg), codecSeed: 5, seg: seg})
-				requireNoErrors(t, res.errs)
-				requireIdentical(t, res.outputs)
-				ref := newQuantRef(res.inputs)
-				bound := func(i int) float64 { return halfBound(kind, p, ref.abs[i], ref.sum[i]) }
-				if kind.Stochastic() {
-					hard, _, _ := stochasticBounds(kind, ref)
-					bound = func(int) float64 { return hard }
-				}
-				for i, got := range res.outputs[0] {
-					require.LessOrEqual(t, math.Abs(float64(got)-ref.sum[i]), bound(i), "P%d seg %d %v element %d", p, seg, kind, i)
-				}
-				codec := codecFor(t, kind, 64, 0, 0)
-				for r := range p {
-					require.Equal(t, uint64(collectives.QuantizedBytesSentSeg(n, seg, p, r, codec)), res.stats[r].BytesSent, "rank %d", r)
-				}
+				q := quantRun{p: p, n: n, kind: kind, bucket: 64, seed: uint64(seg), codecSeed: 5, seg: seg}
+				checkQuantizedRun(t, q, runQuantized[float32](t, q))
 			}
 		}
 	}

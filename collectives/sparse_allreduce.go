@@ -334,7 +334,17 @@ func (c *spCall[T]) received(b []byte, peer, dim int) (*sparse.Vector[T], error)
 // recv posts a receive from peer at step into a pooled buffer of about
 // guess bytes (the transport allocates if the message is larger).
 func (c *spCall[T]) recv(peer int, step uint32, guess int) *transport.Request {
-	return c.op.Recv(peer, step, c.sc.get(guess))
+	return c.op.Recv(peer, step, c.sc.getRecv(guess))
+}
+
+// getRecv is get for a receive of a message of about n bytes: a sparse
+// message's size is only estimated (it is usually the size of what this
+// rank sends, give or take a few percent), and a message larger than its
+// posted buffer makes the transport allocate a fresh one, whose first
+// touch costs page faults; with an eighth of headroom the pooled buffers
+// fit from the first calls on.
+func (s *spScratch) getRecv(n int) []byte {
+	return s.get(n + n/8 + 4096)
 }
 
 // data waits for a receive and keeps its payload buffer for release.

@@ -28,7 +28,7 @@ func spAllgatherBlobs(op *Op, sc *spScratch, step uint32, mine []byte, sizeOf fu
 		for _, b := range have[:cnt] {
 			sent += len(b)
 		}
-		r := op.Recv(from, step+uint32(k), sc.get(sent))
+		r := op.Recv(from, step+uint32(k), sc.getRecv(sent))
 		sends = append(sends, op.Send(to, step+uint32(k), have[:cnt]...))
 		msg, err := op.WaitData(r)
 		if err != nil {

@@ -64,13 +64,16 @@ func BenchmarkMerge(b *testing.B) {
 	}
 }
 
-func BenchmarkSumAll8(b *testing.B) {
+func BenchmarkSumAll8(b *testing.B) { benchSumAll(b, 8, 2) }
+
+// benchSumAll times SumAll of k random parts sharing benchCases' nonzeros.
+func benchSumAll(b *testing.B, k int, seed uint64) {
 	for _, c := range benchCases() {
 		b.Run(fmt.Sprintf("dim=%d/nnz=%d", c.dim, c.nnz), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(2, 2))
-			parts := make([]*Vector[float32], 8)
+			rng := rand.New(rand.NewPCG(2, seed))
+			parts := make([]*Vector[float32], k)
 			for i := range parts {
-				parts[i] = randomVector[float32](rng, c.dim, c.nnz/8)
+				parts[i] = randomVector[float32](rng, c.dim, c.nnz/k)
 			}
 			var dst Vector[float32]
 			b.ReportAllocs()

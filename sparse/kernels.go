@@ -102,12 +102,7 @@ func AddAllTo[T Float](dense []T, parts []*Vector[T]) error {
 	}
 	const w = 1 << windowBits
 	var posBuf [16]int
-	pos := posBuf[:0]
-	if len(parts) > len(posBuf) {
-		pos = make([]int, 0, len(parts))
-	}
-	pos = pos[:len(parts)]
-	clear(pos)
+	pos := cursors(posBuf[:], len(parts))
 	for base := 0; base < len(dense); base += w {
 		end := min(base+w, len(dense))
 		win := dense[base:end]
@@ -315,12 +310,7 @@ func sumWindows[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
 	}
 	var seen [w / 64]uint64
 	var posBuf [16]int
-	pos := posBuf[:0]
-	if len(parts) > len(posBuf) {
-		pos = make([]int, 0, len(parts))
-	}
-	pos = pos[:len(parts)]
-	clear(pos)
+	pos := cursors(posBuf[:], len(parts))
 	n := 0
 	for {
 		// The next window is the one of the smallest pending index.
@@ -367,6 +357,17 @@ func sumWindows[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
 	}
 	dst.Dim, dst.Dense = dim, false
 	dst.Indices, dst.Values = idx[:n], val[:n]
+}
+
+// cursors returns n zeroed positions, one per part, in buf when it is
+// large enough (no allocation for the usual few parts).
+func cursors(buf []int, n int) []int {
+	if n > len(buf) {
+		return make([]int, n)
+	}
+	pos := buf[:n]
+	clear(pos)
+	return pos
 }
 
 // anyLeft reports whether a part has entries past its position (the

@@ -1,7 +1,6 @@
 package sparse
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -88,25 +87,7 @@ func TestSumWindowsTopIndex(t *testing.T) {
 
 // BenchmarkSumAll4 is the split allreduce's owner step at P = 4: four
 // slices of 1% each.
-func BenchmarkSumAll4(b *testing.B) {
-	for _, c := range benchCases() {
-		b.Run(fmt.Sprintf("dim=%d/nnz=%d", c.dim, c.nnz), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(2, 4))
-			parts := make([]*Vector[float32], 4)
-			for i := range parts {
-				parts[i] = randomVector[float32](rng, c.dim, c.nnz/4)
-			}
-			var dst Vector[float32]
-			b.ReportAllocs()
-			m := startCPU(b)
-			for b.Loop() {
-				_ = SumAll(&dst, parts)
-			}
-			m.report(c.nnz)
-			reportPerNNZ(b, c.nnz)
-		})
-	}
-}
+func BenchmarkSumAll4(b *testing.B) { benchSumAll(b, 4, 4) }
 
 // TestAddAllToMatchesAddTo: the windowed scatter-add gives the bits of
 // AddTo part after part, with sparse and dense parts mixed, and refuses
