@@ -87,8 +87,9 @@ func benchSumAll(b *testing.B, k int, seed uint64) {
 	}
 }
 
-// BenchmarkSumAll8Dense: 8 parts of 1% each, where the bitmap accumulator
-// takes over from the k-way merge.
+// BenchmarkSumAll8Dense: 8 parts of 1% each of 2^20 (8% together, the
+// windowed kernel's range; the dense accumulator starts where the result
+// may be dense).
 func BenchmarkSumAll8Dense(b *testing.B) {
 	const dim, nnz = 1 << 20, 1 << 20 / 100
 	rng := rand.New(rand.NewPCG(2, 3))
