@@ -22,7 +22,8 @@ func Send[T Float](ctx context.Context, c *Comm, data []T, peer int) error {
 }
 
 // StartSend starts Send and returns at once; data must not change until
-// the request completes.
+// the request completes. Wait for it or Test it until it reports
+// completion: that is also what releases its deadline timer.
 func StartSend[T Float](ctx context.Context, c *Comm, data []T, peer int) *Request {
 	return c.startP2P(ctx, "send", peer, true, postSend(data, peer), nil)
 }
@@ -42,7 +43,9 @@ func Recv[T Float](ctx context.Context, c *Comm, buf []T, peer int) error {
 }
 
 // StartRecv starts Recv and returns at once. buf holds the message once
-// Wait or Test has reported the request complete.
+// Wait or Test has reported the request complete (Done closing alone is
+// not enough in the rare case where the transport delivered elsewhere and
+// the copy is made by that first Wait or Test).
 func StartRecv[T Float](ctx context.Context, c *Comm, buf []T, peer int) *Request {
 	post, check := recvFns(buf, peer)
 	return c.startP2P(ctx, "recv", peer, false, post, check)
