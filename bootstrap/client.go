@@ -347,7 +347,7 @@ func (c *client) readReplies(br *bufio.Reader) {
 	for {
 		f, err := readFrame(br)
 		if err != nil {
-			c.fail(fmt.Errorf("connection to the rendezvous store lost: %w", noEOF(err)))
+			c.fail(fmt.Errorf("%w: %w", errStoreLost, noEOF(err)))
 			return
 		}
 		switch f.op {
@@ -519,6 +519,9 @@ func (c *client) errorf(op, key string, err error) error {
 	return fmt.Errorf("bootstrap: rank %d: %s %s: %w", c.rank, op, strconv.Quote(key), err)
 }
 
+// errStoreLost: the connection to the store broke (EOF, reset, ...).
+var errStoreLost = errors.New("connection to the rendezvous store lost")
+
 // Close implements Store. It says goodbye to the store and closes the
 // connection. On rank 0 it then waits, up to 30 seconds, until every other
 // rank has said goodbye or disconnected, so that late ranks can still read
@@ -540,7 +543,10 @@ func (c *client) close() error {
 		}
 		c.srv.stop()
 	}
-	if byeErr != nil && !errors.Is(byeErr, ErrStoreClosed) {
+	// Rank 0's server stops as soon as it has read every goodbye, which
+	// can be before its answer to ours is written: a connection lost
+	// while saying goodbye is the store closing, not a failure.
+	if byeErr != nil && !errors.Is(byeErr, ErrStoreClosed) && !errors.Is(byeErr, errStoreLost) {
 		return fmt.Errorf("bootstrap: rank %d: saying goodbye to the rendezvous store: %w", c.rank, byeErr)
 	}
 	return nil
