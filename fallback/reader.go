@@ -97,8 +97,8 @@ func (fr *frameReader) readData(h *header) error {
 		if _, err := fr.r.Discard(n); err != nil {
 			return payloadError(h, err)
 		}
-		done()
 		fr.onData(n)
+		done()
 		return nil
 	}
 	if !fr.gate.enterFill() {
@@ -106,6 +106,9 @@ func (fr *frameReader) readData(h *header) error {
 	}
 	err = fr.readPayload(dst)
 	if err == nil {
+		// Counted before the completion, so that a caller who has seen
+		// its receive complete also sees it in Stats.
+		fr.onData(n)
 		done()
 	}
 	fr.gate.exitFill()
@@ -115,7 +118,6 @@ func (fr *frameReader) readData(h *header) error {
 	if err != nil {
 		return payloadError(h, err)
 	}
-	fr.onData(n)
 	return nil
 }
 
