@@ -36,7 +36,7 @@ demo: build
 	$(BIN) bench -n 4 --op allreduce --sizes 1K:16M --iters 10 --warmup 2 --check
 	@echo
 	@echo "== sparse allreduce of a 16M-dimension gradient at 0.1%, 1% and 10% density, against the dense allreduce of the same vector =="
-	$(BIN) bench -n 4 --op sparse-allreduce --sizes 16M --density 0.001,0.01,0.1 --iters 5 --warmup 1 --check --vs-dense
+	$(BIN) bench -n 4 --op sparse-allreduce --sizes 16M --density 0.001,0.01,0.1 --iters 10 --warmup 5 --check --vs-dense
 	@echo
 	@echo "== 4 allreduces in flight while each rank computes (non-blocking overlap) =="
 	$(BIN) bench -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode sleep --iters 5 --warmup 1
