@@ -21,9 +21,10 @@ type conn struct {
 	q     *sendQueue
 	fr    frameReader
 
-	goodbye    atomic.Bool   // a goodbye frame arrived on this connection
-	broken     atomic.Bool   // a write failed; no goodbye on Close
-	readerDone chan struct{} // closed when the reader goroutine returns
+	goodbye    atomic.Bool            // a goodbye frame arrived on this connection
+	byeReason  atomic.Pointer[string] // what that goodbye said, set before goodbye
+	broken     atomic.Bool            // a write failed; no goodbye on Close
+	readerDone chan struct{}          // closed when the reader goroutine returns
 
 	// Writer scratch, reused for every batch so steady-state sending
 	// does not allocate.
@@ -212,6 +213,7 @@ func (c *conn) readLoop() {
 	err := c.fr.run()
 	t := c.t
 	if c.fr.sawGoodbye {
+		c.byeReason.Store(&c.fr.byeReason)
 		c.goodbye.Store(true)
 	}
 	if t.isStopping() || errors.Is(err, errStopping) {
@@ -236,14 +238,27 @@ func (c *conn) readLoop() {
 
 // sayGoodbye writes a goodbye frame, best effort: the connection is about
 // to close either way, the goodbye only improves the peer's error message.
-func (c *conn) sayGoodbye(deadline time.Time) {
+// reason, when this rank closes after a failure, tells the peer why, so
+// that an operation it fails because of this close names the root cause
+// (a third rank's death, say) and not only this rank.
+func (c *conn) sayGoodbye(deadline time.Time, reason string) {
 	if c.broken.Load() {
 		return
 	}
-	var b [headerSize]byte
-	encodeHeader(b[:], &header{kind: frameGoodbye})
+	b := make([]byte, headerSize, headerSize+len(reason))
+	encodeHeader(b, &header{kind: frameGoodbye, length: uint64(len(reason))})
+	b = append(b, reason...)
 	_ = c.nc.SetWriteDeadline(deadline)
-	_, _ = c.nc.Write(b[:])
+	_, _ = c.nc.Write(b)
+}
+
+// goodbyeReason is the reason the peer's goodbye on c carried ("" if none
+// or no goodbye yet).
+func (c *conn) goodbyeReason() string {
+	if r := c.byeReason.Load(); r != nil {
+		return *r
+	}
+	return ""
 }
 
 func protocolCause(rank int, c *conn, err error) error {

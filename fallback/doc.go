@@ -43,7 +43,8 @@
 // naming the peer; a malformed frame, one of kind transport.ErrProtocol.
 // Every pending and later request fails with it. A peer that closes its
 // transport sends a goodbye first, so the error says it closed rather than
-// crashed. FailOp fails one operation on every rank without failing the
+// crashed; if the transport had failed before Close, the goodbye carries
+// that failure's text, which the peer's error then quotes. FailOp fails one operation on every rank without failing the
 // transport. Abort closes every connection, so every peer sees this rank
 // lost; Close says goodbye, closes and waits for every goroutine.
 package fallback

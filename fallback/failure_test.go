@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +152,31 @@ func TestAbortUnderLoad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGoodbyeCarriesTheCause: a rank that failed (here: lost rank 2) and
+// then closes tells the others why in its goodbye, so that an operation
+// they fail because of that close names the root cause too, even when
+// they have not (yet) seen it themselves. Rank 0's failure is injected on
+// its connection to rank 2 only, so rank 1 learns of it solely from rank
+// 0's goodbye.
+func TestGoodbyeCarriesTheCause(t *testing.T) {
+	checkNoLeaks(t)
+	j := startJob(t, 3, nil)
+	ctx := waitCtx(t)
+	tag := transport.Tag{Comm: 9, Seq: 1}
+	pending := j.ts[1].Recv(0, tag, testDesc, make([]byte, 8))
+	j.ts[0].fail(&transport.PeerError{Peer: 2, Kind: transport.ErrPeerLost,
+		Err: errors.New("rank 0: receive from rank 2 on connection 0: EOF")}, 2)
+	j.ts[0].Close()
+	err := pending.Wait(ctx)
+	if !errors.Is(err, transport.ErrPeerLost) {
+		t.Fatalf("rank 1's receive from the closed rank: %v, want ErrPeerLost", err)
+	}
+	for _, want := range []string{"rank 0 closed its connection", "after failing", "rank 2"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("rank 1's error %q does not contain %q", err, want)
+		}
 	}
 }

@@ -40,7 +40,7 @@ type frameKind uint8
 const (
 	frameData    frameKind = 1 // one message, payload = the message
 	frameFailOp  frameKind = 2 // fail operation (comm, seq), payload = reason text
-	frameGoodbye frameKind = 3 // the sender is closing; no payload
+	frameGoodbye frameKind = 3 // the sender is closing; payload = why, if it failed first (may be empty)
 )
 
 func (k frameKind) String() string {
@@ -142,7 +142,7 @@ func decodeHeader(b []byte, maxMessage int64) (header, error) {
 	case frameFailOp:
 		limit = maxReasonLen
 	case frameGoodbye:
-		limit = 0
+		limit = maxReasonLen
 	default:
 		return h, protocolErrorf("unknown frame kind %d", uint8(h.kind))
 	}

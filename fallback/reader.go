@@ -39,6 +39,7 @@ type frameReader struct {
 	hdr        [headerSize]byte
 	reason     [maxReasonLen]byte
 	sawGoodbye bool
+	byeReason  string // the goodbye's payload: why the peer closed, if it had failed
 }
 
 // readBufferSize is the size of the buffered reader in front of the
@@ -78,7 +79,11 @@ func (fr *frameReader) readFrame() error {
 	case frameFailOp:
 		return fr.readFailOp(&h)
 	case frameGoodbye:
-		fr.sawGoodbye = true
+		reason := fr.reason[:h.length] // decodeHeader bounded it by maxReasonLen
+		if _, err := io.ReadFull(fr.r, reason); err != nil {
+			return payloadError(&h, err)
+		}
+		fr.sawGoodbye, fr.byeReason = true, string(reason)
 		return nil
 	}
 	return protocolErrorf("unhandled frame kind %v", h.kind)

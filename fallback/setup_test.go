@@ -209,7 +209,7 @@ func TestMalformedFrames(t *testing.T) {
 		"reserved bits":      corrupt(6, 1),
 		"oversized":          oversized,
 		"long fail-op":       longReason,
-		"goodbye payload":    frameBytes(header{kind: frameGoodbye}, []byte("x")),
+		"long goodbye":       frameBytes(header{kind: frameGoodbye}, make([]byte, maxReasonLen+1)),
 		"data after goodbye": append(frameBytes(header{kind: frameGoodbye}, nil), frameBytes(data, nil)...),
 		"duplicate tag":      append(frameBytes(data, []byte("a")), frameBytes(data, []byte("b"))...),
 	}

@@ -206,6 +206,15 @@ func (t *Transport) Stats() transport.Stats {
 // goroutine of the transport has stopped. It is idempotent.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
+		// A transport that failed before Close tells its peers why in
+		// its goodbyes.
+		reason := ""
+		if err := t.Err(); err != nil {
+			reason = err.Error()
+			if len(reason) > maxReasonLen {
+				reason = reason[:maxReasonLen]
+			}
+		}
 		t.setErr(transport.ErrClosed)
 		deadline := time.Now().Add(closeTimeout)
 		t.forEachConn(func(c *conn) {
@@ -214,7 +223,7 @@ func (t *Transport) Close() error {
 		})
 		t.writers.Wait()
 		goodbyeDeadline := time.Now().Add(closeTimeout)
-		t.forEachConn(func(c *conn) { c.sayGoodbye(goodbyeDeadline) })
+		t.forEachConn(func(c *conn) { c.sayGoodbye(goodbyeDeadline, reason) })
 		t.fail(transport.ErrClosed, closeAll)
 		t.readers.Wait()
 		t.aborters.Wait()
@@ -331,11 +340,22 @@ func (t *Transport) connClosedByPeer(peer int) {
 	// Only what still involves it fails; operations among the other
 	// ranks go on.
 	err := &transport.PeerError{Peer: peer, Kind: transport.ErrPeerLost,
-		Err: fmt.Errorf("rank %d closed its connection", peer)}
+		Err: fmt.Errorf("rank %d closed its connection%s", peer, t.byeCause(peer))}
 	t.m.FailPeer(peer, err)
 	for _, c := range t.peers[peer] {
 		c.q.close(err)
 	}
+}
+
+// byeCause is ", after failing: REASON" when a goodbye from peer said why
+// it closed, "" otherwise.
+func (t *Transport) byeCause(peer int) string {
+	for _, c := range t.peers[peer] {
+		if r := c.goodbyeReason(); r != "" {
+			return ", after failing: " + r
+		}
+	}
+	return ""
 }
 
 // saidGoodbye reports whether some connection to peer received a goodbye.
@@ -352,7 +372,7 @@ func (t *Transport) saidGoodbye(peer int) bool {
 // what (e.g. "send to").
 func (t *Transport) lost(c *conn, what string, cause error) error {
 	if t.saidGoodbye(c.peer) {
-		cause = fmt.Errorf("rank %d closed its connection (%w)", c.peer, cause)
+		cause = fmt.Errorf("rank %d closed its connection%s (%w)", c.peer, t.byeCause(c.peer), cause)
 	} else {
 		cause = fmt.Errorf("rank %d: %s rank %d on connection %d: %w", t.rank, what, c.peer, c.index, cause)
 	}
