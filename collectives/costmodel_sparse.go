@@ -107,7 +107,7 @@ func (e spExact) count(r, lo, hi int) float64 {
 	if e.dense[r] {
 		return float64(hi - lo)
 	}
-	return float64(spLowerBound(e.idx[r], hi) - spLowerBound(e.idx[r], lo))
+	return float64(sparse.LowerBound(e.idx[r], hi) - sparse.LowerBound(e.idx[r], lo))
 }
 
 func (e spExact) union(ranks []int, lo, hi int) float64 {
@@ -117,7 +117,7 @@ func (e spExact) union(ranks []int, lo, hi int) float64 {
 			return float64(hi - lo)
 		}
 		s := e.idx[r]
-		all = append(all, s[spLowerBound(s, lo):spLowerBound(s, hi)]...)
+		all = append(all, s[sparse.LowerBound(s, lo):sparse.LowerBound(s, hi)]...)
 	}
 	slices.Sort(all)
 	return float64(len(slices.Compact(all)))
@@ -134,7 +134,7 @@ func (e spExact) indexBytes(ranks []int, lo, hi int) float64 {
 			break
 		}
 		s := e.idx[r]
-		for _, x := range s[spLowerBound(s, lo):spLowerBound(s, hi)] {
+		for _, x := range s[sparse.LowerBound(s, lo):sparse.LowerBound(s, hi)] {
 			all = append(all, x-uint32(lo))
 		}
 	}
@@ -144,19 +144,6 @@ func (e spExact) indexBytes(ranks []int, lo, hi int) float64 {
 		return math.Inf(1) // unsorted input: SparseAllreduce refuses it
 	}
 	return float64(n)
-}
-
-func spLowerBound(idx []uint32, x int) int {
-	lo, hi := 0, len(idx)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if int(idx[m]) < x {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
 }
 
 // spMsgBytes is the size of an encoded vector of n positions holding nnz

@@ -115,13 +115,14 @@ func (v *Vector[T]) AppendEncodeRange(dst []byte, lo, hi int) ([]byte, error) {
 // RangeBounds returns the positions [a, b) in Indices of the entries with
 // index in [lo, hi), by binary search. Only for the sparse form.
 func (v *Vector[T]) RangeBounds(lo, hi int) (a, b int) {
-	a = lowerBound(v.Indices, lo)
-	b = a + lowerBound(v.Indices[a:], hi)
+	a = LowerBound(v.Indices, lo)
+	b = a + LowerBound(v.Indices[a:], hi)
 	return a, b
 }
 
-// lowerBound is the first position whose index is >= x.
-func lowerBound(idx []uint32, x int) int {
+// LowerBound is the first position in the sorted indices idx whose index
+// is >= x (len(idx) if none), by binary search.
+func LowerBound(idx []uint32, x int) int {
 	lo, hi := 0, len(idx)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -228,6 +229,25 @@ func EncodedLen(b []byte) (int, error) {
 	return h.size, nil
 }
 
+// parseExact checks that b holds exactly one exact (version 1) encoding of
+// values of type T and returns its header.
+func parseExact[T Float](b []byte) (header, error) {
+	h, err := parseHeader(b)
+	if err != nil {
+		return h, err
+	}
+	if h.version != version {
+		return h, fmt.Errorf("%w: quantized (version %d) encoding where an exact one was expected", ErrCorrupt, h.version)
+	}
+	if h.size != len(b) {
+		return h, fmt.Errorf("%w: header announces %d bytes, message has %d", ErrCorrupt, h.size, len(b))
+	}
+	if h.typ != typeCode[T]() {
+		return h, fmt.Errorf("%w: value type %d, expected %d", ErrCorrupt, h.typ, typeCode[T]())
+	}
+	return h, nil
+}
+
 // Decode sets v to the vector encoded in b, reusing v's buffers. b must
 // hold exactly one encoding. Nothing in b is trusted: the header must be
 // consistent with the length of b (so a lying header cannot cause a large
@@ -235,18 +255,9 @@ func EncodedLen(b []byte) (int, error) {
 // increasing and below the dimension. On error v is left empty.
 func (v *Vector[T]) Decode(b []byte) error {
 	v.Reset(0)
-	h, err := parseHeader(b)
+	h, err := parseExact[T](b)
 	if err != nil {
 		return err
-	}
-	if h.version != version {
-		return fmt.Errorf("%w: quantized (version %d) encoding where an exact one was expected", ErrCorrupt, h.version)
-	}
-	if h.size != len(b) {
-		return fmt.Errorf("%w: header announces %d bytes, message has %d", ErrCorrupt, h.size, len(b))
-	}
-	if h.typ != typeCode[T]() {
-		return fmt.Errorf("%w: value type %d, expected %d", ErrCorrupt, h.typ, typeCode[T]())
 	}
 	s := ValueSize[T]()
 	body := b[HeaderSize:]
@@ -320,18 +331,9 @@ func Peek(b []byte) (dim, nnz int, dense bool, err error) {
 // into a temporary first. b is checked as Decode checks it; on error v's
 // entries from before the call are kept and the error says why.
 func (v *Vector[T]) DecodeAt(b []byte, lo int) (dim int, err error) {
-	h, err := parseHeader(b)
+	h, err := parseExact[T](b)
 	if err != nil {
 		return 0, err
-	}
-	if h.version != version {
-		return 0, fmt.Errorf("%w: quantized (version %d) encoding where an exact one was expected", ErrCorrupt, h.version)
-	}
-	if h.size != len(b) {
-		return 0, fmt.Errorf("%w: header announces %d bytes, message has %d", ErrCorrupt, h.size, len(b))
-	}
-	if h.typ != typeCode[T]() {
-		return 0, fmt.Errorf("%w: value type %d, expected %d", ErrCorrupt, h.typ, typeCode[T]())
 	}
 	if lo < 0 || lo+h.dim > v.Dim {
 		return 0, fmt.Errorf("%w: slice [%d,%d) outside dimension %d", ErrInvalid, lo, lo+h.dim, v.Dim)
@@ -437,9 +439,10 @@ func (v *Vector[T]) DecodeView(b []byte) error {
 	if len(b) < HeaderSize || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(s) != 0 {
 		return v.Decode(b)
 	}
-	h, err := parseHeader(b)
-	if err != nil || h.version != version || h.size != len(b) || h.typ != typeCode[T]() {
-		return v.Decode(b) // for its error message
+	h, err := parseExact[T](b)
+	if err != nil {
+		v.Reset(0)
+		return err
 	}
 	body := b[HeaderSize:]
 	v.Dim, v.Dense, v.Indices, v.Values = h.dim, h.dense, nil, nil

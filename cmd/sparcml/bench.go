@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sparcml/sparcml"
 	"github.com/sparcml/sparcml/collectives"
@@ -362,8 +361,10 @@ func (p progress) clear() {
 	}
 }
 
-func medianOf(ts []time.Duration) time.Duration {
-	s := slices.Clone(ts)
+// median is the middle value of xs (the mean of the two middle ones for
+// an even count), 0 for none.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
 	slices.Sort(s)
 	if len(s) == 0 {
 		return 0

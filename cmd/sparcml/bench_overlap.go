@@ -38,7 +38,7 @@ func benchOverlap[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *be
 	if err != nil {
 		return nil, err
 	}
-	computeDur := time.Duration(medianFloat(commT) * 1e9)
+	computeDur := time.Duration(median(commT) * 1e9)
 	if cfg.compute != "auto" {
 		us, _ := strconv.Atoi(cfg.compute)
 		computeDur = time.Duration(us) * time.Microsecond
@@ -75,7 +75,7 @@ func benchOverlap[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *be
 	if any(z) == any(float64(0)) {
 		sz = 8
 	}
-	comm1, comp1, both1 := medianFloat(commT), medianFloat(compT), medianFloat(bothT)
+	comm1, comp1, both1 := median(commT), median(compT), median(bothT)
 	r := result{
 		Op: cfg.op, Algo: cfg.algoName, AlgoChosen: cfg.algoName, Transport: c.Transport(), NP: c.Size(), N: n,
 		DType: cfg.dtype, Bytes: int64(n * sz * k), Check: "skipped",
@@ -113,18 +113,6 @@ func timeIters(ctx context.Context, c *sparcml.Comm, cfg *benchConfig, fn func()
 		return nil, err
 	}
 	return times, nil
-}
-
-func medianFloat(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // work stands in for a backward pass: a CPU busy loop (spin) or an idle

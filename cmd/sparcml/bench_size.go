@@ -98,11 +98,7 @@ func summarize(ctx context.Context, c *sparcml.Comm, cfg *benchConfig, op benchO
 	agg = tail[:2]
 	okAll := []float64{-tail[2]}
 	n, bytes, bus := op.size()
-	ds := make([]time.Duration, len(times))
-	for i, t := range times {
-		ds[i] = time.Duration(t * 1e9)
-	}
-	med := medianOf(ds).Seconds()
+	med := median(times)
 	r := result{
 		Op: cfg.op, Algo: cfg.algoName, AlgoChosen: algo.String(), Transport: transportName,
 		NP: c.Size(), N: n, DType: cfg.dtype, Bytes: bytes,
