@@ -1,7 +1,6 @@
 package fallback
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -45,9 +44,13 @@ type conn struct {
 	derr   error              // the error it ended with
 	dwrite func(uintptr) bool // writevOnce, made once
 
-	// The reader's low-water mark call (Linux).
+	// The reader's low-water mark call and scatter read (Linux).
 	lowatN   int
 	lowatSet func(uintptr)
+	rvec     [2][]byte
+	rn       int
+	rerr     error
+	rread    func(uintptr) bool // readvOnce, made once
 }
 
 func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
@@ -57,7 +60,7 @@ func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 	}
 	c.fr = frameReader{
 		peer:       peer,
-		r:          bufio.NewReaderSize(nc, readBufferSize),
+		r:          newInBuf(nc, readBufferSize),
 		m:          t.m,
 		maxMessage: t.cfg.MaxMessage,
 		gate:       t,
@@ -68,6 +71,9 @@ func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 	}
 	if c.rc != nil && lowatSafe {
 		c.fr.lowat = c.setLowat
+	}
+	if c.rc != nil && scatterReads {
+		c.fr.r.two = c.readTwo
 	}
 	return c
 }

@@ -2,6 +2,9 @@ package fallback
 
 import (
 	"errors"
+	"io"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 
@@ -52,6 +55,45 @@ func (c *conn) writevOnce(fd uintptr) bool {
 	}
 }
 
+// readTwo is the socket's inBuf.two: one readv into a and then b,
+// waiting for the socket to become readable if nothing is queued. Only the
+// connection's reader calls it, so the conn's read fields are its own.
+func (c *conn) readTwo(a, b []byte) (int, error) {
+	if c.rread == nil {
+		c.rread = c.readvOnce // made once, like writeNow's callback
+	}
+	c.rvec[0], c.rvec[1] = a, b
+	c.rn, c.rerr = 0, nil
+	err := c.rc.Read(c.rread)
+	n, rerr := c.rn, c.rerr
+	c.rvec[0], c.rvec[1], c.rerr = nil, nil, nil
+	switch {
+	case err != nil: // closed, or a deadline passed
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: err}
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: os.NewSyscallError("readv", rerr)}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// readvOnce is readTwo's callback. It returns false, "wait until the
+// socket is readable and call again", only when nothing is queued.
+func (c *conn) readvOnce(fd uintptr) bool {
+	for {
+		n, err := unix.Readv(int(fd), c.rvec[:])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return false
+		}
+		c.rn, c.rerr = n, err
+		return true
+	}
+}
+
 // setLowat sets SO_RCVLOWAT, best effort: without it the reader only
 // wakes more often. Only the connection's reader calls it.
 func (c *conn) setLowat(n int) {
@@ -96,3 +138,7 @@ func parseKernelRelease(rel string) (major, minor int, ok bool) {
 	minor, err2 := strconv.Atoi(parts[1][:end])
 	return major, minor, err1 == nil && err2 == nil
 }
+
+// scatterReads: the reader ends a payload with a readv that also fetches
+// what follows it (see inBuf).
+const scatterReads = true

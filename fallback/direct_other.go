@@ -10,3 +10,9 @@ func (c *conn) writeNow(iov [][]byte) (int, error) { return 0, nil }
 const lowatSafe = false
 
 func (c *conn) setLowat(n int) {}
+
+// readTwo is not used on this platform.
+func (c *conn) readTwo(a, b []byte) (int, error) { return c.nc.Read(a) }
+
+// scatterReads: whether the reader uses readTwo.
+const scatterReads = false

@@ -1,7 +1,6 @@
 package fallback
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -56,6 +55,12 @@ type chunkReader struct {
 
 func (r *chunkReader) Read(p []byte) (int, error) {
 	r.onRead(r.pos)
+	return r.readOn(p)
+}
+
+// readOn is the rest of one system call that already woke up: the
+// low-water mark, which only decides when a read wakes, does not apply.
+func (r *chunkReader) readOn(p []byte) (int, error) {
 	if r.pos == len(r.data) {
 		return 0, io.EOF
 	}
@@ -87,8 +92,12 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 		}
 		return len(stream)
 	}
-	for _, maxChunk := range []int{1 << 10, 64 << 10, 1 << 20} {
-		t.Run(fmt.Sprintf("chunks=%d", maxChunk), func(t *testing.T) {
+	for _, tc := range []struct {
+		maxChunk int
+		scatter  bool
+	}{{1 << 10, false}, {64 << 10, false}, {1 << 20, false}, {1 << 10, true}, {64 << 10, true}, {1 << 20, true}} {
+		maxChunk := tc.maxChunk
+		t.Run(fmt.Sprintf("chunks=%d/scatter=%v", maxChunk, tc.scatter), func(t *testing.T) {
 			m := transport.NewMatcher(0, 0)
 			posted := map[int]*transport.Request{}
 			for i, n := range sizes {
@@ -104,7 +113,7 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 				}
 			}
 			fr := &frameReader{
-				peer: 1, r: bufio.NewReaderSize(src, readBufferSize), m: m, maxMessage: 1 << 30,
+				peer: 1, r: newInBuf(src, readBufferSize), m: m, maxMessage: 1 << 30,
 				gate: openGate{}, onData: func(int) {},
 				lowat: func(n int) {
 					if n > 1 {
@@ -116,6 +125,9 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 					}
 					mark = n
 				},
+			}
+			if tc.scatter {
+				fr.r.two = readTwoFrom(src)
 			}
 			if err := fr.run(); err != io.EOF {
 				t.Fatalf("reader ended with %v, want EOF", err)
@@ -238,5 +250,23 @@ func TestConcurrentSendsOneConnection(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// readTwoFrom emulates a socket's readv over r: it fills a, and only if a
+// is full goes on into b with what r has at once.
+func readTwoFrom(r io.Reader) func(a, b []byte) (int, error) {
+	return func(a, b []byte) (int, error) {
+		n, err := r.Read(a)
+		if n < len(a) || err != nil {
+			return n, err
+		}
+		var m int
+		if c, ok := r.(interface{ readOn([]byte) (int, error) }); ok {
+			m, _ = c.readOn(b)
+		} else {
+			m, _ = r.Read(b)
+		}
+		return n + m, nil
 	}
 }

@@ -1,7 +1,6 @@
 package fallback
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -117,27 +116,42 @@ func FuzzFrameReader(f *testing.F) {
 	f.Add(append(frameBytes(header{kind: frameGoodbye}, nil), frameBytes(data, nil)...))
 	f.Add(frameBytes(data, make([]byte, 3000))[:100])
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		m := transport.NewMatcher(0, 0)
-		// A receive posted for one tag exercises the zero-copy path.
-		posted := m.Post(1, transport.Tag{Comm: 1, Seq: 2}, testDesc, make([]byte, 8))
-		fr := &frameReader{
-			peer:       1,
-			r:          bufio.NewReaderSize(bytes.NewReader(stream), 4096),
-			m:          m,
-			maxMessage: maxMessage,
-			gate:       openGate{},
-			onData:     func(n int) {},
-		}
-		err := fr.run()
-		if err == nil {
-			t.Fatal("reader returned no error at the end of its input")
-		}
-		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, transport.ErrProtocol) {
-			t.Fatalf("unexpected error kind: %v", err)
-		}
-		if done, err := posted.Test(); done && err == nil && len(posted.Data()) > maxMessage {
-			t.Fatalf("received %d bytes, limit %d", len(posted.Data()), maxMessage)
-		}
-		m.Abort(errors.New("done"))
+		fuzzFrameReader(t, stream, maxMessage, false)
+		fuzzFrameReader(t, stream, maxMessage, true)
 	})
+}
+
+// fuzzFrameReader reads stream through a 4 KiB buffered reader or, with
+// scatter, through a 64-byte one with an emulated readv, so that payloads
+// take the direct path and the frames after them land in the buffer.
+func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter bool) {
+	m := transport.NewMatcher(0, 0)
+	// A receive posted for one tag exercises the zero-copy path (with
+	// scatter, one larger than the buffer: the direct read).
+	size, src := 8, bytes.NewReader(stream)
+	r := newInBuf(src, 4096)
+	if scatter {
+		size, r = 200, newInBuf(src, 64)
+		r.two = readTwoFrom(src)
+	}
+	posted := m.Post(1, transport.Tag{Comm: 1, Seq: 2}, testDesc, make([]byte, size))
+	fr := &frameReader{
+		peer:       1,
+		r:          r,
+		m:          m,
+		maxMessage: maxMessage,
+		gate:       openGate{},
+		onData:     func(n int) {},
+	}
+	err := fr.run()
+	if err == nil {
+		t.Fatal("reader returned no error at the end of its input")
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, transport.ErrProtocol) {
+		t.Fatalf("unexpected error kind: %v", err)
+	}
+	if done, err := posted.Test(); done && err == nil && int64(len(posted.Data())) > maxMessage {
+		t.Fatalf("received %d bytes, limit %d", len(posted.Data()), maxMessage)
+	}
+	m.Abort(errors.New("done"))
 }

@@ -1,7 +1,6 @@
 package fallback
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +25,7 @@ type fillGate interface {
 // that it can be fuzzed on arbitrary bytes.
 type frameReader struct {
 	peer       int
-	r          *bufio.Reader
+	r          *inBuf
 	m          *transport.Matcher
 	maxMessage int64
 	gate       fillGate
@@ -60,7 +59,8 @@ func (fr *frameReader) run() error {
 }
 
 func (fr *frameReader) readFrame() error {
-	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+	fr.needBytes(headerSize)
+	if err := fr.r.ReadFull(fr.hdr[:]); err != nil {
 		if err == io.EOF {
 			return err // clean end between frames
 		}
@@ -80,6 +80,7 @@ func (fr *frameReader) readFrame() error {
 		return fr.readFailOp(&h)
 	case frameGoodbye:
 		reason := fr.reason[:h.length] // decodeHeader bounded it by maxReasonLen
+		fr.needBytes(len(reason))
 		if _, err := io.ReadFull(fr.r, reason); err != nil {
 			return payloadError(&h, err)
 		}
@@ -99,7 +100,8 @@ func (fr *frameReader) readData(h *header) error {
 		return err
 	}
 	if dst == nil {
-		if _, err := fr.r.Discard(n); err != nil {
+		fr.needBytes(n)
+		if err := fr.r.Discard(n); err != nil {
 			return payloadError(h, err)
 		}
 		fr.onData(n)
@@ -117,9 +119,6 @@ func (fr *frameReader) readData(h *header) error {
 		done()
 	}
 	fr.gate.exitFill()
-	// After the completion, not before: the caller need not wait for
-	// this system call.
-	fr.resetLowat()
 	if err != nil {
 		return payloadError(h, err)
 	}
@@ -144,14 +143,15 @@ const (
 // competing with the sender for a CPU, and a 1 MiB message could take
 // twice as long as over a plain socket. The mark only ever asks for bytes
 // this frame still owes (a mark the stream cannot meet would never wake
-// the reader); readData puts it back at 1 before the next header.
+// the reader); needBytes puts it back at 1 before anything else is read
+// from the socket.
 func (fr *frameReader) readPayload(dst []byte) error {
 	if fr.lowat == nil || len(dst)-fr.r.Buffered() < lowatMin {
-		_, err := io.ReadFull(fr.r, dst)
-		return err
+		fr.needBytes(len(dst))
+		return fr.r.ReadFull(dst)
 	}
 	for got := 0; got < len(dst); {
-		// Bytes already in the bufio buffer are not in the socket: they
+		// Bytes already in the buffer are not in the socket: they
 		// must not count towards the mark.
 		want := min(len(dst)-got-fr.r.Buffered(), lowatCap)
 		if want < lowatMin {
@@ -178,10 +178,16 @@ func (fr *frameReader) setMark(n int) {
 	}
 }
 
-// resetLowat puts the mark back at 1 before the next header is read: a
-// mark the stream cannot meet would never wake the reader.
-func (fr *frameReader) resetLowat() {
-	if fr.lowat != nil {
+// needBytes is called before reading n bytes outside a large payload: if
+// they are not all buffered, the read may go to the socket, and a mark
+// left raised by the previous payload must come back to 1 first (a mark
+// the stream cannot meet would never wake the reader). The reset is lazy
+// because when frames stream back to back the read that ended the
+// previous payload has usually buffered the next header already (see
+// inBuf), and then the mark goes straight to the next payload's value:
+// one system call per message saved.
+func (fr *frameReader) needBytes(n int) {
+	if fr.lowat != nil && fr.mark > 1 && fr.r.Buffered() < n {
 		fr.setMark(1)
 	}
 }
