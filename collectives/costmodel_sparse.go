@@ -203,29 +203,51 @@ func (w spWire) msg(nnz float64, n int, idx float64, memDense bool) (float64, bo
 	return sparse.QuantHeaderSize + w.values(nnz) + idx, false
 }
 
+// mem is what a message of nnz entries of an n-position range, sent in
+// the form dense says, is in memory once decoded: the bytes its encoder
+// reads and its decoder writes, and those the receiver reduces. With
+// exact values that is its wire size b (header included, as before); a
+// lossy message is several times smaller on the wire than the entries it
+// carries, and its codec (quantization, index compression and their
+// inverses) works per entry, so it is charged per entry in memory.
+func (w spWire) mem(nnz float64, n int, b float64, dense bool) float64 {
+	if !w.lossy() {
+		return b
+	}
+	if dense {
+		return float64(n * w.s)
+	}
+	return nnz * float64(sparse.IndexSize+w.s)
+}
+
 // spPlan accumulates a prediction phase by phase.
 type spPlan struct {
-	m               CostModel
-	sent, recv, red []float64 // of the current phase
-	totalSent       []float64
-	msgs            []int
-	seconds         float64
-	phaseMsgs       []int
-	raw             bool // the current phase moves dense arrays in place
+	m                CostModel
+	sent, recv, red  []float64 // of the current phase
+	memSent, memRecv []float64 // in-memory bytes of the phase's messages (spWire.mem)
+	totalSent        []float64
+	msgs             []int
+	seconds          float64
+	phaseMsgs        []int
+	raw              bool // the current phase moves dense arrays in place
 }
 
 func newSpPlan(m CostModel, p int) *spPlan {
 	return &spPlan{m: m, sent: make([]float64, p), recv: make([]float64, p), red: make([]float64, p),
+		memSent: make([]float64, p), memRecv: make([]float64, p),
 		totalSent: make([]float64, p), msgs: make([]int, p), phaseMsgs: make([]int, p)}
 }
 
-// msg records a message of b bytes from one rank to another, whose bytes
-// the receiver reduces reduceFactor times (0: not at all).
-func (pl *spPlan) msg(from, to int, b, reduceFactor float64) {
+// msg records a message of b bytes on the wire from one rank to another,
+// mem bytes in memory (spWire.mem), which the receiver reduces
+// reduceFactor times (0: not at all).
+func (pl *spPlan) msg(from, to int, b, mem, reduceFactor float64) {
 	pl.sent[from] += b
 	pl.recv[to] += b
+	pl.memSent[from] += mem
+	pl.memRecv[to] += mem
 	pl.phaseMsgs[from]++
-	pl.red[to] += b * reduceFactor
+	pl.red[to] += mem * reduceFactor
 }
 
 // mergePasses is how many times sparse.SumAll of parts vectors holding
@@ -258,11 +280,12 @@ func (pl *spPlan) endPhase() {
 		codec, pl.raw = 0, false
 	}
 	for r := range pl.sent {
-		t := float64(pl.phaseMsgs[r])*pl.m.Alpha + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.sparseGamma() + (pl.sent[r]+pl.recv[r])*pl.m.Gamma*codec
+		t := float64(pl.phaseMsgs[r])*pl.m.Alpha + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.sparseGamma() + (pl.memSent[r]+pl.memRecv[r])*pl.m.Gamma*codec
 		worst = max(worst, t)
 		pl.totalSent[r] += pl.sent[r]
 		pl.msgs[r] += pl.phaseMsgs[r]
 		pl.sent[r], pl.recv[r], pl.red[r], pl.phaseMsgs[r] = 0, 0, 0, 0
+		pl.memSent[r], pl.memRecv[r] = 0, 0
 	}
 	pl.seconds += worst
 }
@@ -284,7 +307,7 @@ func (pl *spPlan) denseRing(size []float64) {
 	for r := range p {
 		for t := range p - 1 {
 			b := size[(r-t+p)%p]
-			pl.msg(r, (r+1)%p, b, 0)
+			pl.msg(r, (r+1)%p, b, b, 0)
 			pl.phaseMsgs[r] += max(0, int(math.Ceil(b/segmentBytes))-1)
 		}
 	}
@@ -292,18 +315,23 @@ func (pl *spPlan) denseRing(size []float64) {
 	pl.endPhase()
 }
 
-// bruck adds the allgather of blocks of the given sizes (spAllgatherBlobs);
-// reduceFactor > 0 charges every received byte that many reductions.
-func (pl *spPlan) bruck(size []float64, reduceFactor float64) {
+// bruck adds the allgather of blocks of the given sizes (spAllgatherBlobs)
+// and in-memory sizes (spWire.mem; nil: the same); reduceFactor > 0
+// charges every received in-memory byte that many reductions.
+func (pl *spPlan) bruck(size, mem []float64, reduceFactor float64) {
 	p := len(size)
+	if mem == nil {
+		mem = size
+	}
 	for r := range p {
 		for d := 1; d < p; d *= 2 {
 			to := (r - d + p) % p
-			b := 0.0
+			b, m := 0.0, 0.0
 			for i := range min(d, p-d) {
 				b += size[(r+i)%p]
+				m += mem[(r+i)%p]
 			}
-			pl.msg(r, to, b, reduceFactor)
+			pl.msg(r, to, b, m, reduceFactor)
 		}
 	}
 	pl.endPhase()
@@ -330,7 +358,8 @@ func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds
 		g := spFold(p)
 		if g.rem > 0 {
 			for r := 0; r < 2*g.rem; r += 2 {
-				pl.msg(r, r+1, spMsgBytes(sup.count(r, 0, dim), dim, s), 1)
+				b := spMsgBytes(sup.count(r, 0, dim), dim, s)
+				pl.msg(r, r+1, b, b, 1)
 			}
 			pl.endPhase()
 		}
@@ -344,14 +373,15 @@ func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds
 						group = append(group, 2*o)
 					}
 				}
-				pl.msg(g.oldRank(n), g.oldRank(n^d), spMsgBytes(sup.union(group, 0, dim), dim, s), 1)
+				b := spMsgBytes(sup.union(group, 0, dim), dim, s)
+				pl.msg(g.oldRank(n), g.oldRank(n^d), b, b, 1)
 			}
 			pl.endPhase()
 		}
 		if g.rem > 0 {
 			k := spMsgBytes(sup.union(all, 0, dim), dim, s)
 			for r := 0; r < 2*g.rem; r += 2 {
-				pl.msg(r+1, r, k, 0)
+				pl.msg(r+1, r, k, k, 0)
 			}
 			pl.endPhase()
 		}
@@ -381,42 +411,60 @@ func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds
 			for q := range p {
 				if q != r {
 					n := bounds[q+1] - bounds[q]
-					b, dense := w.msg(sup.count(r, bounds[q], bounds[q+1]), n, spIdx(w, sup, []int{r}, bounds[q], bounds[q+1]), false)
+					k := sup.count(r, bounds[q], bounds[q+1])
+					b, dense := w.msg(k, n, spIdx(w, sup, []int{r}, bounds[q], bounds[q+1]), false)
 					gotDense[q] = gotDense[q] || dense
-					pl.msg(r, q, b, reduce)
+					pl.msg(r, q, b, w.mem(k, n, b, dense), reduce)
 				}
 			}
 		}
 		pl.endPhase()
-		size := make([]float64, p)
+		size, mem := make([]float64, p), make([]float64, p)
 		for q := range p {
 			n := bounds[q+1] - bounds[q]
 			if a == AlgoDSAR {
 				size[q], _ = w.msg(float64(n), n, 0, true)
+				mem[q] = w.mem(float64(n), n, size[q], true)
 				if !w.lossy() {
 					size[q] = float64(n * s) // raw blocks, no header
+					mem[q] = size[q]
 				}
 				continue
 			}
 			union := sup.union(all, bounds[q], bounds[q+1])
 			memDense := gotDense[q] || sparse.PreferDense(int(math.Round(union)), n, s)
-			size[q], _ = w.msg(union, n, spIdx(w, sup, all, bounds[q], bounds[q+1]), memDense)
+			var dense bool
+			size[q], dense = w.msg(union, n, spIdx(w, sup, all, bounds[q], bounds[q+1]), memDense)
+			mem[q] = w.mem(union, n, size[q], dense)
 		}
 		if a == AlgoDSAR && !w.lossy() {
 			pl.denseRing(size)
 		} else {
-			pl.bruck(size, 0)
+			pl.bruck(size, mem, 0)
 		}
 	case AlgoSparseAllgather:
-		size := make([]float64, p)
+		size, mem := make([]float64, p), make([]float64, p)
 		for r := range p {
-			size[r], _ = w.msg(sup.count(r, 0, dim), dim, spIdx(w, sup, []int{r}, 0, dim), false)
+			k := sup.count(r, 0, dim)
+			var dense bool
+			size[r], dense = w.msg(k, dim, spIdx(w, sup, []int{r}, 0, dim), false)
+			mem[r] = w.mem(k, dim, size[r], dense)
 		}
 		k := 0.0
 		for r := range p {
 			k += sup.count(r, 0, dim)
 		}
-		pl.bruck(size, mergePasses(k, dim, p))
+		// Every rank sums all P inputs, its own included, and with a
+		// lossy codec decodes its own bytes too (so that every rank sums
+		// the same values): charged with the phase.
+		merge := mergePasses(k, dim, p)
+		for r := range p {
+			pl.red[r] += mem[r] * merge
+			if w.lossy() {
+				pl.memRecv[r] += mem[r]
+			}
+		}
+		pl.bruck(size, mem, merge)
 	default:
 		pl.seconds = math.Inf(1)
 	}

@@ -85,7 +85,7 @@ func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	for r, n := range sizes {
 		fsizes[r] = float64(n)
 	}
-	pl.bruck(fsizes, 0)
+	pl.bruck(fsizes, nil, 0)
 	ag.seconds = pl.seconds
 	return ag, nil
 }

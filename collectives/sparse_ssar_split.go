@@ -144,35 +144,21 @@ func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) erro
 	if !dense && cap(out.Indices) < room {
 		out.Indices = make([]uint32, 0, room)
 	}
-	if c.q == nil {
-		if dense {
-			out.Values = out.Values[:dim]
-		}
-		return c.appendRanges(out, red, blobs)
+	if dense {
+		out.Values = out.Values[:dim]
 	}
-	tmp := c.vector()
-	for q, b := range blobs {
-		rng := red
-		// With a lossy codec the owner too takes the decoding of the
-		// bytes it sent, so that every rank holds the same bits.
-		if q != c.rank || c.q != nil {
-			if err := c.decode(tmp, b, q, c.bounds[q+1]-c.bounds[q]); err != nil {
-				return err
-			}
-			rng = tmp
-		}
-		spAppendRange(out, rng, c.bounds[q])
-	}
-	return nil
+	return c.appendRanges(out, red, blobs)
 }
 
-// appendRanges writes the exact reduced ranges into out (sized: dense
-// Values of the full dimension, or empty sparse): this rank's from red,
-// the others decoded straight from the received bytes.
+// appendRanges writes the reduced ranges into out (sized: dense Values of
+// the full dimension, or empty sparse), each decoded straight from the
+// received bytes into place. With exact values this rank's range comes
+// from red; with a lossy codec the owner too takes the decoding of the
+// bytes it sent, so that every rank holds the same bits.
 func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) error {
 	for q, b := range blobs {
 		lo := c.bounds[q]
-		if q == c.rank {
+		if q == c.rank && c.q == nil {
 			if out.Dense {
 				red.ToDense(out.Values[lo:c.bounds[q+1]])
 			} else {
@@ -180,7 +166,17 @@ func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) err
 			}
 			continue
 		}
-		if _, err := out.DecodeAt(b, lo); err != nil {
+		var err error
+		switch {
+		case c.q != nil && q == c.rank:
+			// Own bytes: the exact indices are red's.
+			_, err = out.DecodeQuantOwnAt(b, lo, c.q, red)
+		case c.q != nil:
+			_, err = out.DecodeQuantAt(b, lo, c.q)
+		default:
+			_, err = out.DecodeAt(b, lo)
+		}
+		if err != nil {
 			return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad range: %w", transport.ErrProtocol, q, err))
 		}
 	}

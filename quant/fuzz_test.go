@@ -150,6 +150,20 @@ func FuzzDecodeIndices(f *testing.F) {
 			return
 		}
 		idx, err := DecodeIndices(make([]uint32, count), data, int(dim))
+		// The offset form accepts exactly the same streams and adds the
+		// offset to every index.
+		if dim > 0 {
+			const offset = 1 << 20
+			shifted, err2 := DecodeIndicesOffset(make([]uint32, count), data, int(dim), offset)
+			if (err == nil) != (err2 == nil) {
+				t.Fatalf("DecodeIndices error %v, DecodeIndicesOffset error %v", err, err2)
+			}
+			for i := range shifted {
+				if shifted[i] != idx[i]+offset {
+					t.Fatalf("offset index %d: %d, want %d", i, shifted[i], idx[i]+offset)
+				}
+			}
+		}
 		if err != nil {
 			return
 		}
@@ -195,6 +209,25 @@ func FuzzIndicesRoundTrip(f *testing.F) {
 			got, err := DecodeIndices(make([]uint32, len(idx)), enc, 0)
 			if err != nil || !slices.Equal(got, idx) {
 				t.Fatalf("%s: err %v, got %v want %v", m, err, got, idx)
+			}
+			// A buffer of exactly the size takes the size-first path,
+			// a large one the one-pass path: the same bytes.
+			exact, err := EncodeIndices(make([]byte, size), idx, m)
+			if err != nil || !slices.Equal(exact, enc) {
+				t.Fatalf("%s: exact-size buffer: err %v, got %x want %x", m, err, exact, enc)
+			}
+			if len(idx) > 0 {
+				// Rebasing in place equals encoding a rebased copy.
+				base := idx[0] / 2
+				rebased := make([]uint32, len(idx))
+				for i, x := range idx {
+					rebased[i] = x - base
+				}
+				want, _ := EncodeIndices(make([]byte, MaxIndicesSize(len(idx), m)), rebased, m)
+				from, err := EncodeIndicesFrom(make([]byte, MaxIndicesSize(len(idx), m)), idx, base, m)
+				if err != nil || !slices.Equal(from, want) {
+					t.Fatalf("%s: EncodeIndicesFrom base %d: err %v, got %x want %x", m, base, err, from, want)
+				}
 			}
 		}
 	})

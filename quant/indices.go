@@ -82,53 +82,128 @@ func MaxIndicesSize(n int, m IndexMethod) int {
 // (for IndexAuto, the size of the method it picks), or an error if idx is
 // not strictly increasing.
 func IndicesSize(idx []uint32, m IndexMethod) (int, error) {
-	if err := checkIncreasing(idx); err != nil {
+	if m > IndexBitPack {
+		return 0, fmt.Errorf("quant: invalid index method %d", uint8(m))
+	}
+	st, err := indexStats(idx, 0)
+	if err != nil {
 		return 0, err
 	}
-	switch m {
-	case IndexVarint:
-		return varintIndicesSize(idx), nil
-	case IndexBitPack:
-		return bitpackIndicesSize(idx), nil
-	case IndexAuto:
-		return min(varintIndicesSize(idx), bitpackIndicesSize(idx)), nil
-	}
-	return 0, fmt.Errorf("quant: invalid index method %d", uint8(m))
+	size, _ := st.pick(m)
+	return size, nil
 }
 
 // EncodeIndices writes the encoding of the strictly increasing indices idx
 // into dst[:IndicesSize(idx, m)] and returns that slice. Like Codec.Encode
 // it never grows dst: it returns ErrShortBuffer if cap(dst) is too small
-// (MaxIndicesSize(len(idx), m) always suffices).
+// (MaxIndicesSize(len(idx), m) always suffices). Given room for the
+// bit-packed stream, IndexAuto may leave bytes of it after a smaller
+// varint stream, within cap(dst): only the returned slice is the encoding.
 func EncodeIndices(dst []byte, idx []uint32, m IndexMethod) ([]byte, error) {
-	if err := checkIncreasing(idx); err != nil {
-		return nil, err
-	}
-	var size int
-	switch m {
-	case IndexVarint:
-		size = varintIndicesSize(idx)
-	case IndexBitPack:
-		size = bitpackIndicesSize(idx)
-	case IndexAuto:
-		size, m = varintIndicesSize(idx), IndexVarint
-		if bp := bitpackIndicesSize(idx); bp < size {
-			size, m = bp, IndexBitPack
-		}
-	default:
+	return EncodeIndicesFrom(dst, idx, 0, m)
+}
+
+// EncodeIndicesFrom is EncodeIndices of the indices idx[i] - base, without
+// a rebased copy of idx: the stream of a slice of a vector's index space
+// that starts at base. idx[0] must be at least base.
+func EncodeIndicesFrom(dst []byte, idx []uint32, base uint32, m IndexMethod) ([]byte, error) {
+	if m > IndexBitPack {
 		return nil, fmt.Errorf("quant: invalid index method %d", uint8(m))
 	}
+	if m != IndexVarint && cap(dst) >= MaxIndicesSize(len(idx), IndexBitPack) && uint64(len(idx)) <= math.MaxUint32 &&
+		(len(idx) == 0 || idx[0] >= base) {
+		return encodeIndicesOnePass(dst[:cap(dst)], idx, base, m)
+	}
+	st, err := indexStats(idx, base)
+	if err != nil {
+		return nil, err
+	}
+	size, m := st.pick(m)
 	out, err := output(dst, size)
 	if err != nil {
 		return nil, err
 	}
-	off := writeIndexHeader(out, idx, m)
+	off := writeIndexHeader(out, idx, base, m)
 	if m == IndexVarint {
 		encodeVarintGaps(out[off:], idx)
 	} else {
 		encodeBitpackGaps(out[off:], idx)
 	}
 	return out, nil
+}
+
+// encodeIndicesOnePass is EncodeIndicesFrom for IndexBitPack and
+// IndexAuto into a buffer known to be large enough for the bit-packed
+// stream: it packs the gaps and adds up their varint sizes in the same
+// pass, and only when the varint stream turns out smaller (IndexAuto)
+// writes that one over it: the same bytes as sizing first, without the
+// extra pass over the indices in the usual case.
+func encodeIndicesOnePass(out []byte, idx []uint32, base uint32, m IndexMethod) ([]byte, error) {
+	off := writeIndexHeader(out, idx, base, IndexBitPack)
+	packed, varint, ok := encodeBitpackGapsSized(out[off:], idx, m == IndexAuto)
+	if !ok {
+		return nil, checkIncreasing(idx)
+	}
+	if m == IndexAuto && varint <= packed { // ties go to varint, as pick does
+		out[0] = byte(IndexVarint)
+		encodeVarintGaps(out[off:], idx)
+		return out[:off+varint], nil
+	}
+	return out[:off+packed], nil
+}
+
+// indexSizes are the stream sizes of one index list with each method.
+type indexSizes struct{ varint, bitpack int }
+
+// pick returns the size and method of m, IndexAuto resolved to the
+// smaller stream (varint on a tie).
+func (s indexSizes) pick(m IndexMethod) (int, IndexMethod) {
+	switch {
+	case m == IndexVarint, m == IndexAuto && s.varint <= s.bitpack:
+		return s.varint, IndexVarint
+	}
+	return s.bitpack, IndexBitPack
+}
+
+// varintLens[bits.Len32(v)] is the length of v as a LEB128 varint.
+var varintLens = [64]uint8{1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5}
+
+// indexStats computes in one pass over idx the sizes of both encodings of
+// idx[i] - base, and checks that idx strictly increases from base on.
+// Each gap is computed in 64 bits, so a pair that does not increase
+// leaves high bits set instead of wrapping to a plausible gap: one test
+// per block instead of a branch per index.
+func indexStats(idx []uint32, base uint32) (indexSizes, error) {
+	if uint64(len(idx)) > math.MaxUint32 {
+		return indexSizes{}, fmt.Errorf("quant: %d indices do not fit an index stream", len(idx))
+	}
+	if len(idx) > 0 && idx[0] < base {
+		return indexSizes{}, fmt.Errorf("quant: index %d below the base %d", idx[0], base)
+	}
+	head := 1 + varintLen(uint32(len(idx)))
+	if len(idx) > 0 {
+		head += varintLen(idx[0] - base)
+	}
+	s := indexSizes{varint: head, bitpack: head}
+	for start := 1; start < len(idx); start += IndexBlockSize {
+		end := min(start+IndexBlockSize, len(idx))
+		blk := idx[start-1 : end]
+		prev := uint64(blk[0])
+		var or uint64
+		v := 0
+		for _, x := range blk[1:] {
+			g := uint64(x) - prev - 1
+			or |= g
+			v += int(varintLens[bits.Len32(uint32(g))&63])
+			prev = uint64(x)
+		}
+		if or>>32 != 0 {
+			return indexSizes{}, checkIncreasing(idx)
+		}
+		s.varint += v
+		s.bitpack += 1 + ((end-start)*bits.Len64(or)+7)/8
+	}
+	return s, nil
 }
 
 // checkIncreasing rejects indices that do not strictly increase, and a
@@ -155,40 +230,6 @@ func varintLen(v uint32) int {
 	return max(1, (bits.Len32(v)+6)/7)
 }
 
-func headerSize(idx []uint32) int {
-	size := 1 + varintLen(uint32(len(idx)))
-	if len(idx) > 0 {
-		size += varintLen(idx[0])
-	}
-	return size
-}
-
-func varintIndicesSize(idx []uint32) int {
-	size := headerSize(idx)
-	for i := 1; i < len(idx); i++ {
-		size += varintLen(gap(idx, i))
-	}
-	return size
-}
-
-func bitpackIndicesSize(idx []uint32) int {
-	size := headerSize(idx)
-	for start := 1; start < len(idx); start += IndexBlockSize {
-		end := min(start+IndexBlockSize, len(idx))
-		size += 1 + ((end-start)*blockWidth(idx, start, end)+7)/8
-	}
-	return size
-}
-
-// blockWidth is the bit width of the largest gap before idx[start:end].
-func blockWidth(idx []uint32, start, end int) int {
-	var or uint32
-	for i := start; i < end; i++ {
-		or |= gap(idx, i)
-	}
-	return bits.Len32(or)
-}
-
 func putVarint32(dst []byte, v uint32) int {
 	n := 0
 	for v >= 0x80 {
@@ -200,11 +241,11 @@ func putVarint32(dst []byte, v uint32) int {
 	return n + 1
 }
 
-func writeIndexHeader(dst []byte, idx []uint32, m IndexMethod) int {
+func writeIndexHeader(dst []byte, idx []uint32, base uint32, m IndexMethod) int {
 	dst[0] = byte(m)
 	off := 1 + putVarint32(dst[1:], uint32(len(idx)))
 	if len(idx) > 0 {
-		off += putVarint32(dst[off:], idx[0])
+		off += putVarint32(dst[off:], idx[0]-base)
 	}
 	return off
 }
@@ -217,29 +258,93 @@ func encodeVarintGaps(dst []byte, idx []uint32) {
 }
 
 func encodeBitpackGaps(dst []byte, idx []uint32) {
+	encodeBitpackGapsSized(dst, idx, false)
+}
+
+// encodeBitpackGapsSized writes the bit-packed gaps of idx into dst and
+// returns their size, the size the same gaps take as varints (when
+// withVarint; else 0), and false if idx does not strictly increase (dst
+// then holds garbage). Gaps are computed in 64 bits: one that does not
+// increase sets high bits, which one test per block catches.
+func encodeBitpackGapsSized(dst []byte, idx []uint32, withVarint bool) (packed, varint int, ok bool) {
 	off := 0
+	var gaps [IndexBlockSize]uint32
 	for start := 1; start < len(idx); start += IndexBlockSize {
 		end := min(start+IndexBlockSize, len(idx))
-		width := uint(blockWidth(idx, start, end))
+		g := gaps[:end-start]
+		var or uint64
+		var v int
+		if withVarint {
+			or, v = blockGaps(g, idx[start-1:end])
+		} else {
+			or = blockGapsOnly(g, idx[start-1:end])
+		}
+		if or>>32 != 0 {
+			return 0, 0, false
+		}
+		varint += v
+		width := uint(bits.Len64(or))
 		dst[off] = byte(width)
 		off++
-		var acc uint64 // pending bits, low first; never more than 39
-		var filled uint
-		for i := start; i < end; i++ {
-			acc |= uint64(gap(idx, i)) << filled
-			filled += width
-			for filled >= 8 {
-				dst[off] = byte(acc)
-				acc >>= 8
-				filled -= 8
-				off++
-			}
-		}
-		if filled > 0 {
-			dst[off] = byte(acc)
-			off++
+		off += packBlock(dst[off:], g, width)
+	}
+	return off, varint, true
+}
+
+// blockGaps writes the gaps of blk (len(g)+1 indices) into g and returns
+// their OR, computed in 64 bits (high bits set if blk does not strictly
+// increase), and the bytes they take as varints. The hot loops are small
+// functions of their own so that their variables stay in registers.
+func blockGaps(g, blk []uint32) (uint64, int) {
+	blk = blk[:len(g)+1]
+	var or uint64
+	v := 0
+	for i := range g {
+		d := uint64(blk[i+1]) - uint64(blk[i]) - 1
+		or |= d
+		g[i] = uint32(d)
+		v += int(varintLens[bits.Len32(uint32(d))&63])
+	}
+	return or, v
+}
+
+// blockGapsOnly is blockGaps without the varint sizes.
+func blockGapsOnly(g, blk []uint32) uint64 {
+	blk = blk[:len(g)+1]
+	var or uint64
+	for i := range g {
+		d := uint64(blk[i+1]) - uint64(blk[i]) - 1
+		or |= d
+		g[i] = uint32(d)
+	}
+	return or
+}
+
+// packBlock writes the width-bit fields of g into dst, low bits first,
+// and returns the bytes written, ceil(len(g)*width/8).
+func packBlock(dst []byte, g []uint32, width uint) int {
+	width &= 63
+	// Pending bits, low first: below 32 before a gap is added, so never
+	// more than 63; every full 32 bits go out as one store.
+	var acc uint64
+	var filled uint
+	off := 0
+	for _, x := range g {
+		acc |= uint64(x) << (filled & 63)
+		filled += width
+		if filled >= 32 {
+			binary.LittleEndian.PutUint32(dst[off:], uint32(acc))
+			acc >>= 32
+			filled -= 32
+			off += 4
 		}
 	}
+	for ; filled > 0; filled -= min(filled, 8) {
+		dst[off] = byte(acc)
+		acc >>= 8
+		off++
+	}
+	return off
 }
 
 // readVarint32 reads a minimal LEB128 varint of at most 32 bits.
@@ -325,6 +430,18 @@ func DecodedIndexCount(src []byte) (int, error) {
 // encoding per method; any violation returns an error wrapping ErrCorrupt
 // (the contents of dst are then unspecified).
 func DecodeIndices(dst []uint32, src []byte, dim int) ([]uint32, error) {
+	return DecodeIndicesOffset(dst, src, dim, 0)
+}
+
+// DecodeIndicesOffset is DecodeIndices that stores every index plus
+// offset: the indices of a slice of a larger index space that starts at
+// offset, decoded straight into place. The checks are those of
+// DecodeIndices on the indices before the offset is added; dim must be
+// positive and offset+dim at most 2^32 when offset is not 0.
+func DecodeIndicesOffset(dst []uint32, src []byte, dim int, offset uint32) ([]uint32, error) {
+	if offset != 0 && (dim <= 0 || uint64(offset)+uint64(dim) > math.MaxUint32+1) {
+		return nil, fmt.Errorf("quant: offset %d with dimension %d leaves the uint32 index space", offset, dim)
+	}
 	h, err := readIndexHeader(src)
 	if err != nil {
 		return nil, err
@@ -343,12 +460,12 @@ func DecodeIndices(dst []uint32, src []byte, dim int) ([]uint32, error) {
 	if uint64(h.first) >= limit {
 		return nil, indexRangeError(uint64(h.first), limit)
 	}
-	out[0] = h.first
+	out[0] = h.first + offset
 	var end int
 	if h.method == IndexVarint {
-		end, err = decodeVarintGaps(out, src, h.size, limit)
+		end, err = decodeVarintGaps(out, src, h.size, limit+uint64(offset), uint64(offset))
 	} else {
-		end, err = decodeBitpackGaps(out, src, h.size, limit)
+		end, err = decodeBitpackGaps(out, src, h.size, limit+uint64(offset), uint64(offset))
 	}
 	if err != nil {
 		return nil, err
@@ -367,7 +484,10 @@ func indexRangeError(index, limit uint64) error {
 	return corruptf("index %d out of range [0, %d)", index, limit)
 }
 
-func decodeVarintGaps(out []uint32, src []byte, off int, limit uint64) (int, error) {
+// decodeVarintGaps and decodeBitpackGaps decode the gaps after out[0],
+// which holds the first index plus offset; limit is the exclusive bound
+// on the indices plus offset.
+func decodeVarintGaps(out []uint32, src []byte, off int, limit, offset uint64) (int, error) {
 	for i := 1; i < len(out); i++ {
 		var g uint32
 		if off < len(src) && src[off] < 0x80 {
@@ -383,14 +503,15 @@ func decodeVarintGaps(out []uint32, src []byte, off int, limit uint64) (int, err
 		}
 		index := uint64(out[i-1]) + uint64(g) + 1 // in uint64: cannot wrap
 		if index >= limit {
-			return 0, indexRangeError(index, limit)
+			return 0, indexRangeError(index-offset, limit-offset)
 		}
 		out[i] = uint32(index)
 	}
 	return off, nil
 }
 
-func decodeBitpackGaps(out []uint32, src []byte, off int, limit uint64) (int, error) {
+func decodeBitpackGaps(out []uint32, src []byte, off int, limit, offset uint64) (int, error) {
+	prev := uint64(out[0])
 	for start := 1; start < len(out); start += IndexBlockSize {
 		end := min(start+IndexBlockSize, len(out))
 		if off >= len(src) {
@@ -401,58 +522,84 @@ func decodeBitpackGaps(out []uint32, src []byte, off int, limit uint64) (int, er
 		if width > 32 {
 			return 0, corruptf("bit width %d above 32", width)
 		}
-		size := ((end-start)*int(width) + 7) / 8
+		nbits := (end - start) * int(width)
+		size := (nbits + 7) / 8
 		if size > len(src)-off {
 			return 0, corruptf("truncated bitpack block")
 		}
-		if err := unpackGaps(out, start, end, src[off:off+size], width, limit); err != nil {
-			return 0, err
+		var or uint64
+		prev, or = unpackGaps(out[start:end], prev, src, off, width)
+		// Indices only grow, so the block's last one bounds them all.
+		if prev >= limit {
+			return 0, firstOutOfRange(out[start-1:end], limit, offset)
+		}
+		// The block is exactly the bits of its gaps rounded up to bytes:
+		// the bits after the last gap must be zero padding.
+		if r := nbits & 7; r != 0 && src[off+size-1]>>r != 0 {
+			return 0, corruptf("nonzero padding bits in bitpack block")
+		}
+		// The encoder always uses the smallest width; accepting only
+		// that keeps every index list to exactly one encoding.
+		if uint(bits.Len64(or)) != width {
+			return 0, corruptf("bit width %d is not the minimal %d", width, bits.Len64(or))
 		}
 		off += size
 	}
 	return off, nil
 }
 
-// unpackGaps decodes the width-bit gaps of one block into out[start:end].
-// Each gap is read with one 8-byte load at its bit offset (a gap of up to
-// 32 bits plus a shift of up to 7 fits in 64), the block's last few gaps
-// from a zero-padded copy of its tail.
-func unpackGaps(out []uint32, start, end int, block []byte, width uint, limit uint64) error {
+// firstOutOfRange is the error of a block whose indices passed limit:
+// it names the first one (out holds the previous index and the block,
+// stored modulo 2^32, so the walk redoes the sums in 64 bits from the
+// gaps they imply).
+func firstOutOfRange(out []uint32, limit, offset uint64) error {
+	prev := uint64(out[0])
+	for _, x := range out[1:] {
+		next := prev + (uint64(x)-prev)&math.MaxUint32
+		if next >= limit {
+			return indexRangeError(next-offset, limit-offset)
+		}
+		prev = next
+	}
+	return indexRangeError(prev-offset, limit-offset) // not reached
+}
+
+// unpackGaps decodes the width-bit gaps of one block, which starts at
+// byte off of src, into out, after the index prev; it returns the last
+// index (in 64 bits: it can pass 2^32 on corrupt input, which the caller
+// checks once per block) and the OR of the gaps. Each gap is one 8-byte
+// load at its bit offset (a gap of up to 32 bits plus a shift of up to 7
+// fits in 64), which may read the following blocks' bytes, masked off;
+// only the gaps whose load would pass the end of src read a zero-padded
+// copy of the last bytes. No branch depends on the data.
+func unpackGaps(out []uint32, prev uint64, src []byte, off int, width uint) (uint64, uint64) {
+	if width == 0 {
+		for i := range out {
+			prev++
+			out[i] = uint32(prev)
+		}
+		return prev, 0
+	}
 	mask := uint64(1)<<width - 1
-	var or uint32 // of all gaps, to check that width is minimal
-	var tail [16]byte
-	fast := len(block) - 8 // bytes from which an 8-byte load stays inside block
-	bit := uint(0)
-	prev := uint64(out[start-1])
-	for i := start; i < end; i++ {
-		at := int(bit >> 3)
-		var w uint64
-		if at <= fast {
-			w = binary.LittleEndian.Uint64(block[at:])
-		} else {
-			copy(tail[:], block[at:])
-			w = binary.LittleEndian.Uint64(tail[:])
-			clear(tail[:])
+	bit := uint(off) * 8
+	// The gaps i with (bit + i*width)/8 + 8 <= len(src) load inside src.
+	fast := 0
+	if room := len(src) - 8; room >= off {
+		fast = min(len(out), int((uint(room)*8+7-bit)/width)+1)
+	}
+	prev, or, bit := unpackFast(out[:fast], prev, src, bit, width)
+	if fast < len(out) {
+		var tail [16]byte
+		at := bit >> 3
+		copy(tail[:8], src[at:])
+		for i := fast; i < len(out); i++ {
+			w := binary.LittleEndian.Uint64(tail[(bit>>3-at)&7:])
+			g := w >> (bit & 7) & mask
+			bit += width
+			or |= g
+			prev += g + 1
+			out[i] = uint32(prev)
 		}
-		g := uint32(w >> (bit & 7) & mask)
-		bit += width
-		or |= g
-		index := prev + uint64(g) + 1 // in uint64: cannot wrap
-		if index >= limit {
-			return indexRangeError(index, limit)
-		}
-		out[i] = uint32(index)
-		prev = index
 	}
-	// The block is exactly the bits of its gaps rounded up to bytes: the
-	// bits after the last gap must be zero padding.
-	if r := bit & 7; r != 0 && block[len(block)-1]>>r != 0 {
-		return corruptf("nonzero padding bits in bitpack block")
-	}
-	// The encoder always uses the smallest width; accepting only that keeps
-	// every index list to exactly one encoding.
-	if uint(bits.Len32(or)) != width {
-		return corruptf("bit width %d is not the minimal %d", width, bits.Len32(or))
-	}
-	return nil
+	return prev, or
 }

@@ -144,3 +144,103 @@ func TestDecodeIndicesBounds(t *testing.T) {
 	assert.NoError(t, err, "capacity is what counts")
 	assert.Equal(t, []uint32{3, 9, 99}, got)
 }
+
+// TestIndicesFromAndOffset checks the rebasing entry points against the
+// plain ones on a rebased copy: EncodeIndicesFrom(idx, base) must give
+// the bytes of EncodeIndices(idx - base), and DecodeIndicesOffset must
+// give DecodeIndices plus the offset, with the bound applied before it.
+func TestIndicesFromAndOffset(t *testing.T) {
+	for name, idx := range indexCases() {
+		if len(idx) == 0 || idx[0] < 3 {
+			continue
+		}
+		base := idx[0] - 3
+		rebased := make([]uint32, len(idx))
+		for i, x := range idx {
+			rebased[i] = x - base
+		}
+		for _, m := range indexMethods {
+			want, err := EncodeIndices(make([]byte, MaxIndicesSize(len(idx), m)), rebased, m)
+			require.NoError(t, err)
+			got, err := EncodeIndicesFrom(make([]byte, MaxIndicesSize(len(idx), m)), idx, base, m)
+			require.NoError(t, err, "%s %s", name, m)
+			require.Equal(t, want, got, "%s %s", name, m)
+
+			dim := int(rebased[len(rebased)-1]) + 1
+			const offset = 1000
+			if uint64(dim)+offset > math.MaxUint32+1 {
+				continue
+			}
+			dec, err := DecodeIndicesOffset(make([]uint32, len(idx)), got, dim, offset)
+			require.NoError(t, err, "%s %s", name, m)
+			for i := range dec {
+				require.Equal(t, rebased[i]+offset, dec[i], "%s %s position %d", name, m, i)
+			}
+			_, err = DecodeIndicesOffset(make([]uint32, len(idx)), got, dim-1, offset)
+			assert.ErrorIs(t, err, ErrCorrupt, "%s %s: the bound applies before the offset", name, m)
+		}
+	}
+	_, err := EncodeIndicesFrom(make([]byte, 64), []uint32{5, 9}, 6, IndexAuto)
+	assert.Error(t, err, "an index below the base")
+	_, err = DecodeIndicesOffset(make([]uint32, 4), []byte{1, 0}, 10, math.MaxUint32-5)
+	assert.Error(t, err, "offset + dim past 2^32")
+	_, err = DecodeIndicesOffset(make([]uint32, 4), []byte{1, 0}, 0, 1)
+	assert.Error(t, err, "an offset needs a bound")
+}
+
+// TestIndicesSizeMatchesEncoding checks the one-pass sizes of indexStats
+// against the streams actually written, on random index sets whose gaps
+// straddle the varint and bit-width boundaries.
+func TestIndicesSizeMatchesEncoding(t *testing.T) {
+	rng := NewRand(11)
+	for trial := range 300 {
+		n := int(rng.Uint64() % 700)
+		spread := uint32(1) << (rng.Uint64() % 31)
+		idx := make([]uint32, 0, n)
+		x := uint32(rng.Uint64() % 100)
+		for range n {
+			idx = append(idx, x)
+			step := 1 + uint32(rng.Uint64()%uint64(spread))
+			if x > math.MaxUint32-step {
+				break
+			}
+			x += step
+		}
+		for _, m := range indexMethods {
+			size, err := IndicesSize(idx, m)
+			require.NoError(t, err)
+			enc, err := EncodeIndices(make([]byte, MaxIndicesSize(len(idx), m)), idx, m)
+			require.NoError(t, err)
+			require.Len(t, enc, size, "trial %d %s", trial, m)
+			got, err := DecodeIndices(make([]uint32, len(idx)), enc, 0)
+			require.NoError(t, err, "trial %d %s", trial, m)
+			require.Equal(t, idx, got, "trial %d %s", trial, m)
+		}
+		v, _ := IndicesSize(idx, IndexVarint)
+		b, _ := IndicesSize(idx, IndexBitPack)
+		a, _ := IndicesSize(idx, IndexAuto)
+		require.Equal(t, min(v, b), a)
+	}
+}
+
+// TestUnpackFastMatchesSafe compares the gap unpacking loop with its
+// bounds-checked version on random streams, every width, bit offsets
+// 0..7 and runs up to the last gap whose load stays inside the stream.
+func TestUnpackFastMatchesSafe(t *testing.T) {
+	rng := NewRand(5)
+	src := make([]byte, 300)
+	for i := range src {
+		src[i] = byte(rng.Uint64())
+	}
+	for width := uint(1); width <= 32; width++ {
+		for bit := uint(0); bit < 40; bit++ {
+			n := int((uint(len(src)-8)*8-bit)/width) + 1 // the most gaps with in-bounds loads
+			a, b := make([]uint32, n), make([]uint32, n)
+			p1, or1, bit1 := unpackFast(a, 77, src, bit, width)
+			p2, or2, bit2 := unpackFastSafe(b, 77, src, bit, width)
+			require.Equal(t, b, a, "width %d bit %d", width, bit)
+			require.Equal(t, []uint64{p2, or2, uint64(bit2)}, []uint64{p1, or1, uint64(bit1)}, "width %d bit %d", width, bit)
+		}
+	}
+	assert.Panics(t, func() { unpackFast(make([]uint32, 2), 0, src[:8], 1, 8) }, "a second load past the end")
+}

@@ -103,11 +103,22 @@ func bucketScale[T float](c *codec, x []T) (float32, bool) {
 	// For non-NaN floats, comparing |bits| as integers orders magnitudes,
 	// and NaN and Inf are exactly the patterns >= Inf's: one integer pass
 	// finds both the maximum and any non-finite value.
-	var maxBits uint32
-	// float64 input is rounded to float32 first, like every value.
-	for _, v := range x {
-		maxBits = max(maxBits, math.Float32bits(float32(v))&0x7fffffff)
+	// float64 input is rounded to float32 first, like every value. Four
+	// running maxima, so that consecutive values do not wait for each
+	// other's compare.
+	var m0, m1, m2, m3 uint32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		q := x[i : i+4 : i+4]
+		m0 = max(m0, math.Float32bits(float32(q[0]))&0x7fffffff)
+		m1 = max(m1, math.Float32bits(float32(q[1]))&0x7fffffff)
+		m2 = max(m2, math.Float32bits(float32(q[2]))&0x7fffffff)
+		m3 = max(m3, math.Float32bits(float32(q[3]))&0x7fffffff)
 	}
+	for _, v := range x[i:] {
+		m0 = max(m0, math.Float32bits(float32(v))&0x7fffffff)
+	}
+	maxBits := max(m0, m1, m2, m3)
 	if maxBits >= f32Inf {
 		return 0, false
 	}
@@ -135,19 +146,33 @@ func bucketScale[T float](c *codec, x []T) (float32, bool) {
 // quantize writes the codes of x for a finite, positive scale.
 //
 // Each value is mapped to a = |x| * s / scale in [0, s], and its level is
-// floor(a + u) with u uniform in [0, 1): that is floor(a) + 1 with
-// probability a - floor(a) and floor(a) otherwise, so E[level] = a and the
-// decoded value level*scale/s is unbiased. u takes 2^32 equally likely
-// values, so the rounding probability is off by at most 2^-32 of a level.
-// The product |x| * (s/scale) is off from the exact a by about 2^-45 at
-// most; the clamp to s is a guard that keeps every code in range whatever
-// the rounding.
+// floor(a + u) with u uniform on the 2^32 midpoints (k + 1/2) 2^-32: that
+// is floor(a) + 1 with probability a - floor(a) (up to 2^-33) and floor(a)
+// otherwise, so E[level] = a and the decoded value level*scale/s is
+// unbiased. It is computed in fixed point with 32 fractional bits: with
+// A = a 2^32 and r the 32 random bits, floor(a + u) = floor((A + 1/2 + r)
+// / 2^32) = (round(A) + r) >> 32, round(A) taken half up, one float
+// addition and one conversion (see quantizeValue). u is never 0, so a
+// value whose a came out a hair below its level (rounding in s/scale,
+// about 2^-45 at most) still reaches it: the bucket's maximum always gets
+// level s, and the clamp to s is a guard that keeps every code in range
+// whatever the rounding.
 func quantize[T float](c *codec, codes []byte, x []T, scale float32) {
-	invStep := float64(c.levels) / float64(scale)
+	invStep := float64(c.levels) / float64(scale) * 0x1p32
+	if c.bits == 4 {
+		quantize4(c, codes, x, invStep)
+		return
+	}
+	quantizeWords(c, codes, x, invStep)
+}
+
+// quantizeWords is quantize for any width: perWord codes are gathered in
+// a 64-bit word and stored at once, the last few byte by byte.
+func quantizeWords[T float](c *codec, codes []byte, x []T, invStep float64) {
 	levels := c.levels
 	bits := c.bits & 63 // the masks tell the compiler shifts stay below 64
 	signShift := (bits - 1) & 63
-	perWord := 64 / int(bits) // 32, 16 or 8: always even
+	perWord := 64 / int(bits) // 32 or 8 (q2, q8): always even
 	state := c.rng.state      // kept in a register, stored back at the end
 	i := 0
 	for ; i+perWord <= len(x); i += perWord {
@@ -182,17 +207,46 @@ func quantize[T float](c *codec, codes []byte, x []T, scale float32) {
 	c.rng.state = state
 }
 
+// quantize4 is quantize for 4-bit codes: the two codes of one random
+// draw make one byte, stored as it is (no shifts by a variable count).
+// The codes and the random numbers they use are those of the generic
+// loop, so the stream is the same.
+func quantize4[T float](c *codec, codes []byte, x []T, invStep float64) {
+	pairs := len(x) / 2
+	state := quantizePairs4(codes[:pairs], x[:2*pairs], invStep, c.rng.state)
+	if len(x)&1 != 0 {
+		var random uint64
+		state, random = splitmix64(state)
+		codes[pairs] = byte(quantizeValue(float32(x[len(x)-1]), uint32(random), invStep, 7, 3))
+	}
+	c.rng.state = state
+}
+
+// quantizePairs4 is quantize4's loop (len(x) = 2 len(codes)), a function
+// of its own so that its variables stay in registers; it returns the
+// generator's new state.
+func quantizePairs4[T float](codes []byte, x []T, invStep float64, state uint64) uint64 {
+	x = x[:2*len(codes)]
+	for k := range codes {
+		var random uint64
+		state, random = splitmix64(state)
+		pair := x[2*k : 2*k+2 : 2*k+2]
+		lo := quantizeValue(float32(pair[0]), uint32(random), invStep, 7, 3)
+		hi := quantizeValue(float32(pair[1]), uint32(random>>32), invStep, 7, 3)
+		codes[k] = byte(lo | hi<<4)
+	}
+	return state
+}
+
 // quantizeValue returns the b-bit code (sign<<(b-1) | level) of v, given
-// 32 random bits, invStep = s/scale and levels = s.
+// 32 random bits r, invStep = 2^32 s/scale and levels = s: the level is
+// (round(|v| invStep) + r) >> 32 (see quantize), at most s.
 func quantizeValue(v float32, random uint32, invStep float64, levels uint64, signShift uint) uint64 {
-	// u is uniform on the midpoints (k + 1/2) 2^-32: never 0, so a value
-	// whose a came out a hair below its level (rounding in s/scale) still
-	// reaches it; in particular the bucket's maximum always gets level s.
-	u := float64(random)*0x1p-32 + 0x1p-33
-	a := math.Abs(float64(v)) * invStep
-	level := min(uint64(int64(a+u)), levels)
-	sign := uint64(math.Float32bits(v)>>31) << signShift
-	return level | sign
+	b := math.Float32bits(v) // sign and magnitude from the bits: no float masks
+	abs := float64(math.Float32frombits(b & 0x7fffffff))
+	fixed := uint64(int64(abs*invStep + 0.5)) // |v| <= scale: below 2^35
+	level := min((fixed+uint64(random))>>32, levels)
+	return level | uint64(b>>31)<<signShift
 }
 
 // nonFiniteError finds the first NaN or Inf in x.
@@ -260,36 +314,43 @@ func decodeBucket[T float](c *codec, dst []T, src []byte, add bool) {
 		fill(dst, 0, add)
 		return
 	}
-	// The reconstruction of every level, rounded once to float32 from the
+	// The reconstruction of every code, rounded once to float32 from the
 	// exact product, so decoding is as accurate as float32 allows even for
-	// tiny scales (scale/s in float32 could underflow).
-	var table [128]float32
+	// tiny scales (scale/s in float32 could underflow); the negative codes
+	// are the same values with the sign bit set.
+	var table [256]float32
 	step := float64(math.Float32frombits(scaleBits)) / float64(c.levels)
+	neg := uint64(1) << (c.bits - 1)
 	for l := uint64(0); l <= c.levels; l++ {
-		table[l] = float32(float64(l) * step)
+		v := float32(float64(l) * step)
+		table[l] = v
+		table[(l|neg)&255] = math.Float32frombits(math.Float32bits(v) | 1<<31)
 	}
 	unpack(c, dst, src[4:], &table, add)
 }
 
-// unpack decodes the codes of one bucket through the level table.
-func unpack[T float](c *codec, dst []T, codes []byte, table *[128]float32, add bool) {
+// unpack decodes the codes of one bucket through the table of every
+// code's value: one shift, one mask and one load per value.
+func unpack[T float](c *codec, dst []T, codes []byte, table *[256]float32, add bool) {
 	bits := c.bits & 63 // the masks tell the compiler shifts stay below 64
 	field := uint64(1)<<bits - 1
-	magnitude := c.levels // mask of the level bits of a code
 	perWord := 64 / int(bits)
-	signShift := (bits - 1) & 63
 	i := 0
-	for w := 0; i+perWord <= len(dst); w += 8 {
+	if bits == 4 {
+		i = unpack4(dst, codes, table, add)
+	}
+	for w := i * int(bits) / 8; i+perWord <= len(dst); w += 8 {
 		word := binary.LittleEndian.Uint64(codes[w:])
 		out := dst[i : i+perWord]
-		for j := range out {
-			code := word & field
-			word >>= bits
-			v := math.Float32frombits(math.Float32bits(table[code&magnitude&127]) | uint32(code>>signShift)<<31)
-			if add {
-				out[j] += T(v)
-			} else {
-				out[j] = T(v)
+		if add {
+			for j := range out {
+				out[j] += T(table[word&field&255])
+				word >>= bits
+			}
+		} else {
+			for j := range out {
+				out[j] = T(table[word&field&255])
+				word >>= bits
 			}
 		}
 		i += perWord
@@ -301,15 +362,65 @@ func unpack[T float](c *codec, dst []T, codes []byte, table *[128]float32, add b
 		word |= uint64(tail[k]) << ((8 * uint(k)) & 63)
 	}
 	for ; i < len(dst); i++ {
-		code := word & field
+		v := T(table[word&field&255])
 		word >>= bits
-		v := math.Float32frombits(math.Float32bits(table[code&magnitude&127]) | uint32(code>>signShift)<<31)
 		if add {
-			dst[i] += T(v)
+			dst[i] += v
 		} else {
-			dst[i] = T(v)
+			dst[i] = v
 		}
 	}
+}
+
+// unpack4 is unpack's loop for 4-bit codes: 16 values per 8-byte word,
+// every shift a constant. It returns how many values it decoded (a
+// multiple of 16); unpack does the rest.
+func unpack4[T float](dst []T, codes []byte, table *[256]float32, add bool) int {
+	n := len(dst) / 16
+	if add {
+		for k := range n {
+			out := dst[16*k : 16*k+16 : 16*k+16]
+			w := binary.LittleEndian.Uint64(codes[8*k:])
+			out[0] += T(table[w&15])
+			out[1] += T(table[w>>4&15])
+			out[2] += T(table[w>>8&15])
+			out[3] += T(table[w>>12&15])
+			out[4] += T(table[w>>16&15])
+			out[5] += T(table[w>>20&15])
+			out[6] += T(table[w>>24&15])
+			out[7] += T(table[w>>28&15])
+			out[8] += T(table[w>>32&15])
+			out[9] += T(table[w>>36&15])
+			out[10] += T(table[w>>40&15])
+			out[11] += T(table[w>>44&15])
+			out[12] += T(table[w>>48&15])
+			out[13] += T(table[w>>52&15])
+			out[14] += T(table[w>>56&15])
+			out[15] += T(table[w>>60])
+		}
+		return 16 * n
+	}
+	for k := range n {
+		out := dst[16*k : 16*k+16 : 16*k+16]
+		w := binary.LittleEndian.Uint64(codes[8*k:])
+		out[0] = T(table[w&15])
+		out[1] = T(table[w>>4&15])
+		out[2] = T(table[w>>8&15])
+		out[3] = T(table[w>>12&15])
+		out[4] = T(table[w>>16&15])
+		out[5] = T(table[w>>20&15])
+		out[6] = T(table[w>>24&15])
+		out[7] = T(table[w>>28&15])
+		out[8] = T(table[w>>32&15])
+		out[9] = T(table[w>>36&15])
+		out[10] = T(table[w>>40&15])
+		out[11] = T(table[w>>44&15])
+		out[12] = T(table[w>>48&15])
+		out[13] = T(table[w>>52&15])
+		out[14] = T(table[w>>56&15])
+		out[15] = T(table[w>>60])
+	}
+	return 16 * n
 }
 
 func allZero(b []byte) bool {

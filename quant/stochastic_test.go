@@ -485,3 +485,31 @@ func TestConcurrentDecode(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantize4MatchesWords checks the 4-bit quantizer against the
+// generic word-at-a-time one: the same random draws for the same values,
+// so the same codes, on every length from 0 to 70 and a full bucket.
+func TestQuantize4MatchesWords(t *testing.T) {
+	c := &codec{kind: Q4}
+	require.NoError(t, c.initStochastic(Options{Seed: 9}))
+	x := gradientLike(1024, 4)
+	for _, n := range append([]int{1024}, func() []int {
+		var ns []int
+		for i := range 71 {
+			ns = append(ns, i)
+		}
+		return ns
+	}()...) {
+		v := x[:n]
+		size := (n*4 + 7) / 8
+		a, b := make([]byte, size), make([]byte, size)
+		invStep := 7 / 2.5 * 0x1p32
+		c.rng.state = 77
+		quantize4(c, a, v, invStep)
+		s1 := c.rng.state
+		c.rng.state = 77
+		quantizeWords(c, b, v, invStep)
+		require.Equal(t, b, a, "length %d", n)
+		require.Equal(t, c.rng.state, s1, "length %d: draws", n)
+	}
+}

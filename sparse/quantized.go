@@ -52,8 +52,9 @@ type QuantCoder struct {
 	kind   quant.Kind
 	bucket int // 0 for the deterministic kinds
 	codec  quant.Codec
-	// Scratch space: the rebased indices of the range being encoded, and
-	// a dense array for a sparse slice sent dense.
+	// Scratch space: the indices and values of a sparse message
+	// DecodeQuantAt scatters into a dense vector, and a dense array for a
+	// sparse slice sent dense.
 	idx     []uint32
 	dense32 []float32
 	dense64 []float64
@@ -158,15 +159,11 @@ func (v *Vector[T]) AppendEncodeRangeQuant(dst []byte, lo, hi int, q *QuantCoder
 	}
 	a, b := v.RangeBounds(lo, hi)
 	nnz := b - a
-	q.idx = grow(q.idx, nnz)
-	base := uint32(lo)
-	for i, x := range v.Indices[a:b] {
-		q.idx[i] = x - base
-	}
 	start := len(dst)
 	dst = appendQuantHeader(dst, formSparse, typeCode[T](), nnz, dim, q)
 	dst = growBytes(dst, quant.MaxIndicesSize(nnz, quant.IndexAuto))
-	stream, err := quant.EncodeIndices(dst[start+QuantHeaderSize:], q.idx, quant.IndexAuto)
+	// The stream of the indices rebased to lo, read in place.
+	stream, err := quant.EncodeIndicesFrom(dst[start+QuantHeaderSize:], v.Indices[a:b], uint32(lo), quant.IndexAuto)
 	if err != nil {
 		return dst[:start], fmt.Errorf("%w: %w", ErrInvalid, err) // unsorted input
 	}
@@ -193,14 +190,7 @@ func appendDenseQuant[T Float](dst []byte, vals []T, q *QuantCoder) ([]byte, err
 // (idx[i] - lo, vals[i]) of a slice of dimension dim, scattered into the
 // coder's scratch array.
 func appendDenseScatter[T Float](dst []byte, idx []uint32, vals []T, lo, dim int, q *QuantCoder) ([]byte, error) {
-	var dense []T
-	if ValueSize[T]() == 4 {
-		q.dense32 = grow(q.dense32, dim)
-		dense = fromF32[T](q.dense32)
-	} else {
-		q.dense64 = grow(q.dense64, dim)
-		dense = fromF64[T](q.dense64)
-	}
+	dense := valueScratch[T](q, dim)
 	clear(dense)
 	for i, x := range idx {
 		if d := int(x) - lo; d >= 0 && d < dim { // false only for unsorted input
@@ -297,35 +287,16 @@ func parseQuantHeader(b []byte, h *header) error {
 // checks. On error v is left empty.
 func (v *Vector[T]) DecodeQuant(b []byte, q *QuantCoder) error {
 	v.Reset(0)
-	h, err := parseHeader(b)
+	h, err := parseQuant[T](b, q)
 	if err != nil {
 		return err
 	}
-	if h.version != versionQuant {
-		return fmt.Errorf("%w: version %d encoding where a quantized (version %d) one was expected", ErrCorrupt, h.version, versionQuant)
-	}
-	if h.size != len(b) {
-		return fmt.Errorf("%w: header announces %d bytes, message has %d", ErrCorrupt, h.size, len(b))
-	}
-	if h.typ != typeCode[T]() {
-		return fmt.Errorf("%w: value type %d, expected %d", ErrCorrupt, h.typ, typeCode[T]())
-	}
-	if h.kind != q.kind || h.bucket != q.bucket {
-		return fmt.Errorf("%w: values in %v with buckets of %d, expected %v with buckets of %d", ErrCorrupt, h.kind, h.bucket, q.kind, q.bucket)
-	}
 	body := b[QuantHeaderSize:]
 	if !h.dense {
-		stream := body[:h.idxBytes]
-		n, err := quant.DecodedIndexCount(stream)
-		if err != nil || n != h.count {
-			return fmt.Errorf("%w: index stream announces %d indices for a count of %d (%v)", ErrCorrupt, n, h.count, err)
-		}
 		v.Indices = grow(v.Indices, h.count)
-		// dim 0 means no bound to DecodeIndices, but a count <= dim of
-		// zero leaves nothing to bound.
-		if _, err := quant.DecodeIndices(v.Indices, stream, h.dim); err != nil {
+		if err := decodeQuantIndices(v.Indices, body[:h.idxBytes], h, 0); err != nil {
 			v.Reset(0)
-			return fmt.Errorf("%w: index stream: %w", ErrCorrupt, err)
+			return err
 		}
 	}
 	v.Values = grow(v.Values, h.count)
@@ -335,6 +306,158 @@ func (v *Vector[T]) DecodeQuant(b []byte, q *QuantCoder) error {
 	}
 	v.Dim, v.Dense = h.dim, h.dense
 	return nil
+}
+
+// DecodeQuantAt is DecodeAt for a quantized encoding (checked as
+// DecodeQuant checks it): the vector in b, taken as the slice of v's
+// index space that starts at lo, is added to v in place, its indices and
+// values decoded straight into v's arrays. A sparse v gets the entries
+// appended (indices shifted by lo; slices must come in increasing order
+// and after every entry v already has); a dense v gets the values written
+// into Values[lo:lo+dim], which must be within v. It is what an allgather
+// of disjoint quantized ranges does with each range. On error v's entries
+// from before the call are kept, and a dense v is not written.
+func (v *Vector[T]) DecodeQuantAt(b []byte, lo int, q *QuantCoder) (dim int, err error) {
+	h, err := parseQuant[T](b, q)
+	if err != nil {
+		return 0, err
+	}
+	if lo < 0 || lo+h.dim > v.Dim {
+		return 0, fmt.Errorf("%w: slice [%d,%d) outside dimension %d", ErrInvalid, lo, lo+h.dim, v.Dim)
+	}
+	body := b[QuantHeaderSize:]
+	stream, vals := body[:h.idxBytes], body[h.idxBytes:]
+	if v.Dense {
+		dst := v.Values[lo : lo+h.dim]
+		if h.dense {
+			if err := decodeQuantValues(dst, vals, q); err != nil {
+				return 0, fmt.Errorf("%w: value stream: %w", ErrCorrupt, err)
+			}
+			return h.dim, nil
+		}
+		// Decode into scratch first, so that a bad message leaves dst
+		// untouched, then scatter.
+		q.idx = grow(q.idx, h.count)
+		if err := decodeQuantIndices(q.idx, stream, h, 0); err != nil {
+			return 0, err
+		}
+		tmp := valueScratch[T](q, h.count)
+		if err := decodeQuantValues(tmp, vals, q); err != nil {
+			return 0, fmt.Errorf("%w: value stream: %w", ErrCorrupt, err)
+		}
+		clear(dst)
+		for i, x := range q.idx[:h.count] {
+			dst[x] = tmp[i]
+		}
+		return h.dim, nil
+	}
+	n := len(v.Indices)
+	if n > 0 && int(v.Indices[n-1]) >= lo {
+		return 0, fmt.Errorf("%w: slice at %d after entry %d", ErrInvalid, lo, v.Indices[n-1])
+	}
+	v.Indices = growKeep(v.Indices, n+h.count)
+	v.Values = growKeep(v.Values, n+h.count)
+	out := v.Indices[n:]
+	if h.dense {
+		for i := range out {
+			out[i] = uint32(lo + i)
+		}
+	} else if err := decodeQuantIndices(out, stream, h, uint32(lo)); err != nil {
+		v.Indices, v.Values = v.Indices[:n], v.Values[:n]
+		return 0, err
+	}
+	if err := decodeQuantValues(v.Values[n:], vals, q); err != nil {
+		v.Indices, v.Values = v.Indices[:n], v.Values[:n]
+		return 0, fmt.Errorf("%w: value stream: %w", ErrCorrupt, err)
+	}
+	return h.dim, nil
+}
+
+// DecodeQuantOwnAt is DecodeQuantAt for bytes this process encoded from
+// src (AppendEncodeQuant of src, or AppendEncodeRangeQuant of the range
+// src is a copy of): indices travel exactly, so they are copied from src,
+// shifted by lo, instead of being decoded; the values are decoded from b
+// as DecodeQuantAt decodes them. The result is that of DecodeQuantAt. If
+// b is not a sparse encoding of src's entries (the encoder sent src dense,
+// or src is not what b encodes), it is simply DecodeQuantAt.
+func (v *Vector[T]) DecodeQuantOwnAt(b []byte, lo int, q *QuantCoder, src *Vector[T]) (dim int, err error) {
+	h, err := parseQuant[T](b, q)
+	if err != nil {
+		return 0, err
+	}
+	if v.Dense || h.dense || src.Dense || h.dim != src.Dim || h.count != len(src.Indices) {
+		return v.DecodeQuantAt(b, lo, q)
+	}
+	if lo < 0 || lo+h.dim > v.Dim {
+		return 0, fmt.Errorf("%w: slice [%d,%d) outside dimension %d", ErrInvalid, lo, lo+h.dim, v.Dim)
+	}
+	n := len(v.Indices)
+	if n > 0 && int(v.Indices[n-1]) >= lo {
+		return 0, fmt.Errorf("%w: slice at %d after entry %d", ErrInvalid, lo, v.Indices[n-1])
+	}
+	v.Indices = growKeep(v.Indices, n+h.count)
+	v.Values = growKeep(v.Values, n+h.count)
+	if err := decodeQuantValues(v.Values[n:], b[QuantHeaderSize+h.idxBytes:], q); err != nil {
+		v.Indices, v.Values = v.Indices[:n], v.Values[:n]
+		return 0, fmt.Errorf("%w: value stream: %w", ErrCorrupt, err)
+	}
+	out, base := v.Indices[n:], uint32(lo)
+	for i, x := range src.Indices[:len(out)] {
+		out[i] = x + base
+	}
+	return h.dim, nil
+}
+
+// parseQuant checks that b holds exactly one version-2 encoding of values
+// of type T in q's codec and bucket size, and returns its header.
+func parseQuant[T Float](b []byte, q *QuantCoder) (header, error) {
+	h, err := parseHeader(b)
+	if err != nil {
+		return h, err
+	}
+	if h.version != versionQuant {
+		return h, fmt.Errorf("%w: version %d encoding where a quantized (version %d) one was expected", ErrCorrupt, h.version, versionQuant)
+	}
+	if h.size != len(b) {
+		return h, fmt.Errorf("%w: header announces %d bytes, message has %d", ErrCorrupt, h.size, len(b))
+	}
+	if h.typ != typeCode[T]() {
+		return h, fmt.Errorf("%w: value type %d, expected %d", ErrCorrupt, h.typ, typeCode[T]())
+	}
+	if h.kind != q.kind || h.bucket != q.bucket {
+		return h, fmt.Errorf("%w: values in %v with buckets of %d, expected %v with buckets of %d", ErrCorrupt, h.kind, h.bucket, q.kind, q.bucket)
+	}
+	return h, nil
+}
+
+// decodeQuantIndices decodes the index stream of a sparse message with
+// header h into dst[:h.count] (len(dst) >= h.count), each index plus
+// offset, after checking that the stream announces the header's count.
+func decodeQuantIndices(dst []uint32, stream []byte, h header, offset uint32) error {
+	n, err := quant.DecodedIndexCount(stream)
+	if err != nil || n != h.count {
+		return fmt.Errorf("%w: index stream announces %d indices for a count of %d (%v)", ErrCorrupt, n, h.count, err)
+	}
+	if h.count == 0 {
+		// dim may be 0 (no bound to DecodeIndices), but a count <= dim
+		// of zero leaves nothing to bound; only trailing bytes to refuse.
+		offset = 0
+	}
+	if _, err := quant.DecodeIndicesOffset(dst[:h.count:h.count], stream, h.dim, offset); err != nil {
+		return fmt.Errorf("%w: index stream: %w", ErrCorrupt, err)
+	}
+	return nil
+}
+
+// valueScratch returns the coder's scratch array of values, n long (the
+// one appendDenseScatter uses; a coder serves one goroutine).
+func valueScratch[T Float](q *QuantCoder, n int) []T {
+	if ValueSize[T]() == 4 {
+		q.dense32 = grow(q.dense32, n)
+		return fromF32[T](q.dense32)
+	}
+	q.dense64 = grow(q.dense64, n)
+	return fromF64[T](q.dense64)
 }
 
 // decodeQuantValues decodes a value stream into dst.

@@ -3,6 +3,7 @@ package sparse
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/sparcml/sparcml/quant"
@@ -174,13 +175,17 @@ func FuzzDecodeQuant(f *testing.F) {
 			t.Fatal(err)
 		}
 		var v32 Vector[float32]
-		if err := v32.DecodeQuant(b, q); err == nil {
+		err32 := v32.DecodeQuant(b, q)
+		if err32 == nil {
 			checkQuantDecoded(t, &v32, b, q)
 		}
+		checkQuantDecodeAt(t, &v32, err32 == nil, b, q)
 		var v64 Vector[float64]
-		if err := v64.DecodeQuant(b, q); err == nil {
+		err64 := v64.DecodeQuant(b, q)
+		if err64 == nil {
 			checkQuantDecoded(t, &v64, b, q)
 		}
+		checkQuantDecodeAt(t, &v64, err64 == nil, b, q)
 		if n, err := EncodedLen(b); err == nil && (n < HeaderSize || n > len(b)) {
 			t.Fatalf("EncodedLen %d outside [%d, %d]", n, HeaderSize, len(b))
 		}
@@ -201,5 +206,146 @@ func checkQuantDecoded[T Float](t *testing.T, v *Vector[T], b []byte, q *QuantCo
 	var w Vector[T]
 	if err := w.DecodeQuant(again, q); err != nil || w.Dim != v.Dim {
 		t.Fatalf("re-encoding does not decode to dimension %d: %v", v.Dim, err)
+	}
+}
+
+// checkQuantDecodeAt holds DecodeQuantAt and DecodeQuantOwnAt to
+// DecodeQuant on the same bytes (ref holds DecodeQuant's result, empty if
+// it refused them): into a sparse vector after an existing entry and into
+// a dense one, the bytes must be accepted exactly when DecodeQuant accepts
+// them (ok), give its entries shifted, and on refusal leave the target
+// as it was.
+func checkQuantDecodeAt[T Float](t *testing.T, ref *Vector[T], ok bool, b []byte, q *QuantCoder) {
+	const lo = 3
+	if ref.Dim > 1<<16 {
+		return // too large a target to build for a fuzz input
+	}
+	dim := ref.Dim + lo + 1
+	sp := Vector[T]{Dim: dim, Indices: []uint32{1}, Values: []T{7}}
+	n, err := sp.DecodeQuantAt(b, lo, q)
+	if (err == nil) != ok {
+		t.Fatalf("DecodeQuantAt error %v where DecodeQuant accepted: %v", err, ok)
+	}
+	if err != nil {
+		if len(sp.Indices) != 1 || len(sp.Values) != 1 || sp.Indices[0] != 1 || sp.Values[0] != 7 {
+			t.Fatalf("a failed DecodeQuantAt changed the vector: %v", sp)
+		}
+	} else {
+		if n != ref.Dim {
+			t.Fatalf("DecodeQuantAt returned dimension %d, DecodeQuant %d", n, ref.Dim)
+		}
+		want := ref.ToDense(nil)
+		got := sp.ToDense(nil)
+		for i, x := range want {
+			if math.Float64bits(float64(got[lo+i])) != math.Float64bits(float64(x)) {
+				t.Fatalf("DecodeQuantAt position %d: %v, DecodeQuant %v", i, got[lo+i], x)
+			}
+		}
+		if got[1] != 7 {
+			t.Fatal("DecodeQuantAt lost the entry before its slice")
+		}
+		if err := sp.Validate(); err != nil {
+			t.Fatalf("DecodeQuantAt made an invalid vector: %v", err)
+		}
+		if !ref.Dense {
+			own := Vector[T]{Dim: dim, Indices: []uint32{1}, Values: []T{7}}
+			if _, err := own.DecodeQuantOwnAt(b, lo, q, ref); err != nil {
+				t.Fatalf("DecodeQuantOwnAt refused what DecodeQuant accepted: %v", err)
+			}
+			same := reflect.DeepEqual(own.Indices, sp.Indices) && len(own.Values) == len(sp.Values)
+			for i := range own.Values {
+				same = same && math.Float64bits(float64(own.Values[i])) == math.Float64bits(float64(sp.Values[i]))
+			}
+			if !same {
+				t.Fatal("DecodeQuantOwnAt differs from DecodeQuantAt")
+			}
+		}
+	}
+	dense := Vector[T]{Dim: dim, Dense: true, Values: make([]T, dim)}
+	for i := range dense.Values {
+		dense.Values[i] = 5
+	}
+	if _, err := dense.DecodeQuantAt(b, lo, q); (err == nil) != ok {
+		t.Fatalf("dense DecodeQuantAt error %v where DecodeQuant accepted: %v", err, ok)
+	} else if err != nil {
+		for i, x := range dense.Values {
+			if x != 5 {
+				t.Fatalf("a failed dense DecodeQuantAt wrote position %d", i)
+			}
+		}
+	} else {
+		want := ref.ToDense(nil)
+		for i, x := range want {
+			if math.Float64bits(float64(dense.Values[lo+i])) != math.Float64bits(float64(x)) {
+				t.Fatalf("dense DecodeQuantAt position %d: %v, DecodeQuant %v", i, dense.Values[lo+i], x)
+			}
+		}
+		if dense.Values[lo-1] != 5 || dense.Values[dim-1] != 5 {
+			t.Fatal("dense DecodeQuantAt wrote outside its slice")
+		}
+	}
+}
+
+// TestQuantDecodeAt: random vectors' ranges, encoded in every codec and
+// decoded into place, equal DecodeQuant of the same bytes at their offset,
+// in sparse and dense targets, concatenated in order as an allgather of
+// ranges does; misuse (a slice outside the target, or before an existing
+// entry) is refused.
+func TestQuantDecodeAt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 2))
+	for _, kind := range lossyKinds {
+		q := newCoder(t, kind, 3)
+		for _, dim := range []int{1, 100, 5000} {
+			for _, nnz := range []int{0, 1, dim / 100, dim / 3, dim} {
+				v := randomVector[float32](rng, dim, min(nnz, dim))
+				for i := range v.Values {
+					v.Values[i] = float32(rng.NormFloat64())
+				}
+				bounds := []int{0, dim / 3, dim / 2, dim}
+				sp := Vector[float32]{Dim: dim}
+				dn := Vector[float32]{Dim: dim, Dense: true, Values: make([]float32, dim)}
+				var want []float32
+				for r := range 3 {
+					lo, hi := bounds[r], bounds[r+1]
+					b, err := v.AppendEncodeRangeQuant(nil, lo, hi, q)
+					noErr(t, err)
+					var ref Vector[float32]
+					noErr(t, ref.DecodeQuant(b, q))
+					want = append(want, ref.ToDense(nil)...)
+					n, err := sp.DecodeQuantAt(b, lo, q)
+					noErr(t, err, kind, dim, nnz, r)
+					equal(t, hi-lo, n)
+					_, err = dn.DecodeQuantAt(b, lo, q)
+					noErr(t, err)
+					if !ref.Dense {
+						// The indices the encoder read, rebased to lo.
+						own := Vector[float32]{Dim: hi - lo}
+						a, e := v.RangeBounds(lo, hi)
+						for _, x := range v.Indices[a:e] {
+							own.Indices = append(own.Indices, x-uint32(lo))
+						}
+						own.Values = ref.Values
+						o := Vector[float32]{Dim: dim}
+						_, err = o.DecodeQuantOwnAt(b, lo, q, &own)
+						noErr(t, err)
+						got := o.ToDense(nil)
+						equal(t, ref.ToDense(nil), got[lo:hi])
+					}
+				}
+				noErr(t, sp.Validate())
+				equal(t, want, sp.ToDense(nil), kind, dim, nnz)
+				equal(t, want, dn.Values, kind, dim, nnz)
+
+				b, err := v.AppendEncodeRangeQuant(nil, 0, dim, q)
+				noErr(t, err)
+				_, err = (&Vector[float32]{Dim: dim - 1}).DecodeQuantAt(b, 0, q)
+				errIs(t, err, ErrInvalid)
+				if dim > 1 {
+					late := Vector[float32]{Dim: 2 * dim, Indices: []uint32{uint32(dim)}, Values: []float32{1}}
+					_, err = late.DecodeQuantAt(b, dim-1, q)
+					errIs(t, err, ErrInvalid)
+				}
+			}
+		}
 	}
 }
