@@ -31,7 +31,8 @@
 // the posted receive buffer when the receive is posted (zero-copy), into a
 // pooled buffer otherwise; for a large payload it raises the socket's
 // receive low-water mark first, so it wakes once per large chunk rather
-// than once per segment. When
+// than once per segment, and ends it with a readv that also fills the
+// reader's buffer with whatever frames follow. When
 // a peer's budget of unexpected bytes is used up the reader stops reading
 // that connection until receives are posted, and TCP flow control stops
 // the sender: memory stays bounded.
