@@ -10,6 +10,7 @@ import (
 
 	"github.com/Mellanox/rdmamap"
 	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/rdma/rdmainfo"
 	"github.com/sparcml/sparcml/verbs"
 )
 
@@ -48,13 +49,21 @@ type Config struct {
 	KeepAlive time.Duration
 	// Spin is how long the progress loop busy-polls an idle completion
 	// queue before blocking on its completion channel (default 50 us, or
-	// SPARCML_RDMA_SPIN); negative blocks at once.
+	// SPARCML_RDMA_SPIN; on a software device none); negative blocks at
+	// once.
 	Spin time.Duration
 	// WaitSpin is how long a goroutine waiting on a request busy-polls
 	// the completion queue itself before it sleeps until the progress
-	// goroutine wakes it (default 20 ms, or SPARCML_RDMA_WAIT_SPIN);
-	// negative never polls. Where waking a sleeping thread is slow
-	// (virtual machines, emulation) this is most of a message's latency.
+	// goroutine wakes it (default 20 ms, or SPARCML_RDMA_WAIT_SPIN; on a
+	// software device 200 us); negative never polls. Where waking a sleeping
+	// thread is slow (virtual machines, emulation) this is most of a
+	// message's latency.
+	//
+	// On a software device (soft-RoCE rxe, soft-iWARP siw) the "NIC" is
+	// the kernel running on the same CPUs, mostly in the context of the
+	// thread that posts a work request, and for one machine's ranks in
+	// the sender's context: a busy-polling waiter takes CPU from exactly
+	// the work it waits for, so both poll little or not at all there.
 	WaitSpin time.Duration
 	// NoAdvertise turns off receiver-advertised rendezvous (a receive
 	// posted before its RTS offers its buffer at once); also
@@ -80,6 +89,10 @@ const (
 	defaultKeepAlive = time.Second
 	defaultSpin      = 50 * time.Microsecond
 	defaultWaitSpin  = 20 * time.Millisecond
+	// On a software device a waiter polls only briefly: long enough to
+	// catch a reply already on its way, not so long that it takes the
+	// CPU from the kernel work it waits for.
+	softWaitSpin = 200 * time.Microsecond
 	// 4.096 us << 15 = 134 ms per try, 6 tries: a dead peer is noticed in
 	// about a second.
 	defaultAckTimeout = 15
@@ -102,8 +115,9 @@ func (c *Config) setDefaults() {
 	if c.KeepAlive <= 0 {
 		c.KeepAlive = defaultKeepAlive
 	}
+	// Spin and WaitSpin left at zero are resolved once the device is
+	// known (setSpinDefaults).
 	if c.Spin == 0 {
-		c.Spin = defaultSpin
 		if v, err := time.ParseDuration(os.Getenv("SPARCML_RDMA_SPIN")); err == nil {
 			c.Spin = v
 			if v == 0 {
@@ -112,7 +126,6 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.WaitSpin == 0 {
-		c.WaitSpin = defaultWaitSpin
 		if v, err := time.ParseDuration(os.Getenv("SPARCML_RDMA_WAIT_SPIN")); err == nil {
 			c.WaitSpin = v
 			if v == 0 {
@@ -138,6 +151,33 @@ func (c *Config) setDefaults() {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
+}
+
+// setSpinDefaults fills in Spin and WaitSpin when neither the caller nor
+// the environment set them: on a software device (see Config.WaitSpin) no
+// idle polling by the progress loop and a short one by waiters, the
+// defaults elsewhere.
+func (c *Config) setSpinDefaults(soft bool) {
+	if c.Spin == 0 {
+		c.Spin = defaultSpin
+		if soft {
+			c.Spin = -1
+		}
+	}
+	if c.WaitSpin == 0 {
+		c.WaitSpin = defaultWaitSpin
+		if soft {
+			c.WaitSpin = softWaitSpin
+		}
+	}
+}
+
+// softDevice reports whether the RDMA device name is implemented in
+// software by the kernel (soft-RoCE, soft-iWARP): such a device has no bus
+// device of its own, only the network interface it runs on.
+func softDevice(name string) bool {
+	d, err := rdmainfo.Lookup(name)
+	return err == nil && (d.Driver == "rxe" || d.Driver == "siw")
 }
 
 func (c *Config) validate() error {

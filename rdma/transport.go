@@ -186,6 +186,13 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if soft := softDevice(ep.ctx.Name()); soft {
+		cfg.setSpinDefaults(true)
+		cfg.Logf("rdma: rank %d: %s is a software device: waiters poll the completion queue for %v, the progress loop for %v",
+			cfg.Rank, ep.ctx.Name(), max(cfg.WaitSpin, 0), max(cfg.Spin, 0))
+	} else {
+		cfg.setSpinDefaults(false)
+	}
 	t := &Transport{
 		cfg: cfg, rank: cfg.Rank, size: cfg.Size, ep: ep,
 		m:          transport.NewMatcher(cfg.Rank, 0),

@@ -47,6 +47,10 @@ wait_port() { # port: until a TCP listener exists (perftest's OOB channel)
 
 echo "== guest $(hostname): $(uname -r), $(nproc) vCPUs; $DEV on eth0 $IP, MTU $(cat /sys/class/net/eth0/mtu)"
 ibv_devinfo -d "$DEV" | grep -E 'hca_id|state|active_mtu|link_layer'
+# The CRC-32 implementations and their use counts (rxe holds one; see
+# SPARCML_VM_RXE_CRC in README.md).
+echo "crc32 in the kernel: $(awk '/^name/ { n = $3 } /^driver/ { d = $3 } /^refcnt/ { r = $3 }
+	/^$/ { if (n == "crc32") printf "%s (refcnt %s) ", d, r }' /proc/crypto)"
 
 # perftest SIZE: ib_write_bw at SIZE bytes with WINDOW writes outstanding;
 # its result line goes to $out/perftest.

@@ -35,6 +35,10 @@ VM_MEM=${SPARCML_VM_MEM:-1024}               # MiB
 VM_SMP=${SPARCML_VM_SMP:-2}
 VM_ACCEL=${SPARCML_VM_ACCEL:-auto}           # auto | tcg | kvm
 VM_MTU=${SPARCML_VM_MTU:-9000}
+# CRC-32 implementation rxe uses for its ICRC (every packet, both sides):
+# generic (table-driven) | pclmul | auto (generic under TCG, whose
+# emulation of pclmulqdq makes crc32-pclmul the slower one, see README).
+VM_RXE_CRC=${SPARCML_VM_RXE_CRC:-auto}
 VM_LINK=${SPARCML_VM_LINK:-socket}           # run2 link: socket (lossless) | udp (lossy)
 VM_NET=${SPARCML_VM_NET:-10.199.0}           # guests get .1 and .2 (/24)
 VM_VERBOSE=${SPARCML_VM_VERBOSE:-0}          # 1: stream the guest console too
@@ -283,6 +287,14 @@ pick_accel() {
 	esac
 }
 
+pick_rxe_crc() {
+	case "$VM_RXE_CRC" in
+	generic | pclmul) echo "$VM_RXE_CRC" ;;
+	auto) case "$(pick_accel)" in *tcg*) echo generic ;; *) echo pclmul ;; esac ;;
+	*) die "SPARCML_VM_RXE_CRC must be auto, generic or pclmul" ;;
+	esac
+}
+
 port_free() { # port proto(t|u)
 	! ss -Hln"$2" "sport = :$1" 2>/dev/null | grep -q .
 }
@@ -337,6 +349,7 @@ write_ctl() {
 		printf 'VM_IP=%q\n' "$ip"
 		printf 'VM_PEER=%q\n' "$peer"
 		printf 'VM_MTU=%q\n' "$VM_MTU"
+		printf 'VM_RXE_CRC=%q\n' "$(pick_rxe_crc)"
 		printf 'VM_CWD=%q\n' "$cwd"
 		printf 'VM_SHARES=(%s)\n' "$(printf '%q ' "${SHARES[@]}")"
 		printf 'VM_INTERACTIVE=%q\n' "$VM_INTERACTIVE"
@@ -608,7 +621,7 @@ cache:    $VM_CACHE $(image_ok && echo "(image up to date)" || echo "(no current
 suite:    $VM_SUITE
 mirror:   ${VM_MIRROR:-$(detect_mirror)} 
 accel:    $(pick_accel)
-guest:    ${VM_MEM} MiB, ${VM_SMP} vCPUs, MTU ${VM_MTU}, timeout ${VM_TIMEOUT} s
+guest:    ${VM_MEM} MiB, ${VM_SMP} vCPUs, MTU ${VM_MTU}, rxe crc32 $(pick_rxe_crc), timeout ${VM_TIMEOUT} s
 network:  $VM_NET.1 (and $VM_NET.2 in run2, link $VM_LINK)
 share:    $REPO_ROOT
 EOF
