@@ -434,8 +434,10 @@ func TestConnectUnreachable(t *testing.T) {
 		t.Fatal("Connect to a closed port succeeded")
 	}
 	// Connect aims to return before the deadline; the slack only absorbs
-	// scheduling delays on a loaded machine.
-	if late := time.Since(deadline); late > 250*time.Millisecond {
+	// scheduling delays on a loaded machine (a clean-clone CI run next to
+	// benchmarks saw 259 ms). What it must catch is a Connect that ignores
+	// the deadline and retries for its own default timeout (minutes).
+	if late := time.Since(deadline); late > 3*time.Second {
 		t.Errorf("Connect returned %v after its deadline", late)
 	}
 	want := "bootstrap: rank 3: cannot reach rendezvous store at " + addr + " (SPARCML_ADDR): connect: connection refused (tried for "
