@@ -117,13 +117,13 @@ func sparseIndices(n, dim int, seed uint64) []uint32 {
 func BenchmarkIndices(b *testing.B) {
 	const n, dim = 1 << 16, 1 << 22 // 1.6% density, mean gap 64
 	idx := sparseIndices(n, dim, 3)
-	for _, m := range []IndexMethod{IndexVarint, IndexBitPack} {
+	for _, m := range []IndexMethod{IndexVarint, IndexBitPack, IndexAuto} {
 		enc, err := EncodeIndices(make([]byte, MaxIndicesSize(n, m)), idx, m)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("encode/%s", m), func(b *testing.B) {
-			buf := make([]byte, len(enc))
+			buf := make([]byte, MaxIndicesSize(n, m)) // room for the one-pass encoders
 			t := startCPU(b, 4*n)
 			for b.Loop() {
 				if _, err := EncodeIndices(buf, idx, m); err != nil {

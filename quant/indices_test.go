@@ -244,3 +244,68 @@ func TestUnpackFastMatchesSafe(t *testing.T) {
 	}
 	assert.Panics(t, func() { unpackFast(make([]uint32, 2), 0, src[:8], 1, 8) }, "a second load past the end")
 }
+
+// TestPackBlockMatchesReference compares packBlock (its grouped loop for
+// widths up to 16 and the carried-bits loop) with a bit-by-bit packer, on
+// every width, block lengths around the groups of 8 and destinations with
+// and without room for the grouped loop's spare bytes.
+func TestPackBlockMatchesReference(t *testing.T) {
+	rng := NewRand(9)
+	for width := uint(0); width <= 32; width++ {
+		for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 63, 127, 128} {
+			g := make([]uint32, n)
+			for i := range g {
+				g[i] = uint32(rng.Uint64() & (1<<width - 1))
+				if i == 0 {
+					g[i] = uint32(1<<width - 1) // the full width at least once
+				}
+			}
+			size := (n*int(width) + 7) / 8
+			want := make([]byte, size)
+			for i, x := range g {
+				for b := uint(0); b < width; b++ {
+					pos := uint(i)*width + b
+					want[pos/8] |= byte(x>>b&1) << (pos % 8)
+				}
+			}
+			for _, room := range []int{0, 3, 16, 40} {
+				dst := make([]byte, size+room)
+				for i := range dst {
+					dst[i] = 0xa5 // bytes the packer must overwrite or leave
+				}
+				got := packBlock(dst, g, width)
+				require.Equal(t, size, got, "width %d n %d room %d", width, n, room)
+				require.Equal(t, want, dst[:size], "width %d n %d room %d", width, n, room)
+			}
+		}
+	}
+}
+
+// TestBlockGapsVarintSizes checks blockGaps' varint byte count (one
+// threshold test per gap, the table only for blocks with 3-byte gaps)
+// against varintLen, on blocks whose gaps sit at the varint boundaries.
+func TestBlockGapsVarintSizes(t *testing.T) {
+	rng := NewRand(13)
+	edges := []uint32{0, 1, 126, 127, 128, 129, 16382, 16383, 16384, 1<<21 - 1, 1 << 21, 1<<28 - 1, 1 << 28}
+	for trial := range 2000 {
+		k := 1 + int(rng.Uint64()%IndexBlockSize)
+		top := len(edges) - int(rng.Uint64()%uint64(len(edges)-1)) // some blocks without large gaps
+		blk := make([]uint32, k+1)
+		want := 0
+		for i := 1; i <= k; i++ {
+			d := edges[rng.Uint64()%uint64(top)]
+			if uint64(blk[i-1])+uint64(d)+1 > math.MaxUint32 {
+				d = 0 // stay within uint32
+			}
+			blk[i] = blk[i-1] + d + 1
+			want += varintLen(d)
+		}
+		g := make([]uint32, k)
+		or, v := blockGaps(g, blk)
+		require.Equal(t, want, v, "trial %d", trial)
+		require.Less(t, or, uint64(1)<<32)
+		for i := range g {
+			require.Equal(t, blk[i+1]-blk[i]-1, g[i])
+		}
+	}
+}
