@@ -17,8 +17,9 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl tcp,
 j() { "$B" bench --format json --iters "$ITERS" --warmup 3 "$@"; }
 jw() { "$B" bench --format json --iters "$ITERS" --warmup 40 "$@"; }
 
-echo "# p2p vs plain Go TCP socket copy (iterations interleaved)" >&2
-j -n 2 --op p2p --sizes 64K:16M --baseline --iters 40
+echo "# p2p vs plain Go TCP socket copy (iterations interleaved): one message, then 16 in flight" >&2
+j -n 2 --op p2p --sizes 16K:16M --baseline --iters 40
+j -n 2 --op p2p --sizes 16K:1M --baseline --window 16 --iters 20
 
 echo "# dense allreduce 16M float32 vs Open MPI (TCP BTL)" >&2
 for p in 2 4 8; do
@@ -48,13 +49,17 @@ jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --dist powerlaw --algo 
 jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --dist powerlaw --algo ssar-split --balanced
 
 echo "# low precision: q4 sparse and fp16/bf16 dense vs float32" >&2
-for q in none q4; do
-	jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --quant $q
+for round in 1 2 3; do # alternated: the ratio is noisy
+	for q in none q4; do
+		jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --quant $q
+	done
 done
 for q in none fp16 bf16; do
 	j -n 4 --op allreduce --sizes 16M --quant $q --iters 10
 done
 
 echo "# overlap: 4 allreduces in flight, compute = communication time" >&2
-j -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode sleep --iters 10
-j -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode spin --iters 10
+for round in 1 2 3; do
+	j -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode sleep --iters 10
+	j -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode spin --iters 10
+done
