@@ -90,19 +90,28 @@ func benchSumAll(b *testing.B, k int, seed uint64) {
 // BenchmarkSumAll8Dense: 8 parts of 1% each of 2^20 (8% together, the
 // windowed kernel's range; the dense accumulator starts where the result
 // may be dense).
-func BenchmarkSumAll8Dense(b *testing.B) {
-	const dim, nnz = 1 << 20, 1 << 20 / 100
-	rng := rand.New(rand.NewPCG(2, 3))
-	parts := make([]*Vector[float32], 8)
+func BenchmarkSumAll8Dense(b *testing.B) { benchSumAllAt(b, 8, 1<<20, 2, 3) }
+
+// BenchmarkSumAll4Large is the allgather baseline's local sum at the
+// issue's size: four parts of 1% each of 2^24 positions.
+func BenchmarkSumAll4Large(b *testing.B) { benchSumAllAt(b, 4, 1<<24, 3, 4) }
+
+// benchSumAllAt sums k random parts of 1% each of dim positions.
+func benchSumAllAt(b *testing.B, k, dim int, seed1, seed2 uint64) {
+	nnz := dim / 100
+	rng := rand.New(rand.NewPCG(seed1, seed2))
+	parts := make([]*Vector[float32], k)
 	for i := range parts {
 		parts[i] = randomVector[float32](rng, dim, nnz)
 	}
 	var dst Vector[float32]
 	b.ReportAllocs()
+	m := startCPU(b)
 	for b.Loop() {
 		_ = SumAll(&dst, parts)
 	}
-	reportPerNNZ(b, 8*nnz)
+	m.report(k * nnz)
+	reportPerNNZ(b, k*nnz)
 }
 
 func BenchmarkScatterAdd(b *testing.B) {

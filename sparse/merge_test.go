@@ -138,25 +138,6 @@ func TestAddAllToMatchesAddTo(t *testing.T) {
 	}
 }
 
-// BenchmarkSumAll4Large is the allgather baseline's local sum at the
-// issue's size: four parts of 1% each of 2^24 positions.
-func BenchmarkSumAll4Large(b *testing.B) {
-	const dim, nnz = 1 << 24, 1 << 24 / 100
-	rng := rand.New(rand.NewPCG(3, 4))
-	parts := make([]*Vector[float32], 4)
-	for i := range parts {
-		parts[i] = randomVector[float32](rng, dim, nnz)
-	}
-	var dst Vector[float32]
-	b.ReportAllocs()
-	m := startCPU(b)
-	for b.Loop() {
-		_ = SumAll(&dst, parts)
-	}
-	m.report(4 * nnz)
-	reportPerNNZ(b, 4*nnz)
-}
-
 // TestSumWindowsSignedZeros: the windowed kernel's -0 identity keeps the
 // sign of zeros exactly as the merges do (a lone -0 stays -0, -0 + +0 is
 // +0).
