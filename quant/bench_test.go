@@ -145,3 +145,27 @@ func BenchmarkIndices(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeQ4Paths is BenchmarkEncode/q4 on each implementation of
+// the 4-bit quantizer this CPU has (see quantize4_test.go).
+func BenchmarkEncodeQ4Paths(b *testing.B) {
+	x := gradientLike(benchValues, 1)
+	for _, p := range append([]q4path{q4scalar}, quantize4Paths()...) {
+		b.Run(p.name, func(b *testing.B) {
+			withQuantize4Path(p, func() {
+				c, err := New(Q4, Options{Seed: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				buf := make([]byte, c.EncodedSize(len(x)))
+				t := startCPU(b, int64(4*len(x)))
+				for b.Loop() {
+					if _, err := c.Encode(buf, x); err != nil {
+						b.Fatal(err)
+					}
+				}
+				t.stop()
+			})
+		})
+	}
+}

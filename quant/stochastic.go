@@ -105,9 +105,13 @@ func bucketScale[T float](c *codec, x []T) (float32, bool) {
 	// finds both the maximum and any non-finite value.
 	// float64 input is rounded to float32 first, like every value. Four
 	// running maxima, so that consecutive values do not wait for each
-	// other's compare.
+	// other's compare. float32 input takes the vector kernel (if any) for
+	// all but the last few values.
 	var m0, m1, m2, m3 uint32
 	i := 0
+	if x32, ok := any(x).([]float32); ok {
+		i, m0 = maxAbsBitsVec(x32)
+	}
 	for ; i+4 <= len(x); i += 4 {
 		q := x[i : i+4 : i+4]
 		m0 = max(m0, math.Float32bits(float32(q[0]))&0x7fffffff)
@@ -210,10 +214,15 @@ func quantizeWords[T float](c *codec, codes []byte, x []T, invStep float64) {
 // quantize4 is quantize for 4-bit codes: the two codes of one random
 // draw make one byte, stored as it is (no shifts by a variable count).
 // The codes and the random numbers they use are those of the generic
-// loop, so the stream is the same.
+// loop, so the stream is the same. float32 input takes the vector kernel
+// (if any) for all but the last few pairs, with the same draws.
 func quantize4[T float](c *codec, codes []byte, x []T, invStep float64) {
 	pairs := len(x) / 2
-	state := quantizePairs4(codes[:pairs], x[:2*pairs], invStep, c.rng.state)
+	done, state := 0, c.rng.state
+	if x32, ok := any(x).([]float32); ok {
+		done, state = quantizePairs4Vec(codes[:pairs], x32[:2*pairs], invStep, state)
+	}
+	state = quantizePairs4(codes[done:pairs], x[2*done:2*pairs], invStep, state)
 	if len(x)&1 != 0 {
 		var random uint64
 		state, random = splitmix64(state)
@@ -244,10 +253,18 @@ func quantizePairs4[T float](codes []byte, x []T, invStep float64, state uint64)
 func quantizeValue(v float32, random uint32, invStep float64, levels uint64, signShift uint) uint64 {
 	b := math.Float32bits(v) // sign and magnitude from the bits: no float masks
 	abs := float64(math.Float32frombits(b & 0x7fffffff))
-	fixed := uint64(int64(abs*invStep + 0.5)) // |v| <= scale: below 2^35
+	// The product is rounded before the addition (the explicit conversion
+	// forbids a fused multiply-add, which the compiler would otherwise use
+	// on arm64 and GOAMD64=v3): every build and the vector kernel round
+	// the same way, so a seed gives the same stream everywhere.
+	fixed := uint64(int64(float64(abs*invStep) + 0.5)) // |v| <= scale: below 2^35
 	level := min((fixed+uint64(random))>>32, levels)
 	return level | uint64(b>>31)<<signShift
 }
+
+// splitmixGamma is SplitMix64's increment (see splitmix64): after n draws
+// the state has grown by n*splitmixGamma.
+const splitmixGamma = 0x9e3779b97f4a7c15
 
 // nonFiniteError finds the first NaN or Inf in x.
 func nonFiniteError[T float](x []T, base int) error {
