@@ -324,3 +324,44 @@ func TestP2PRequestsCompleteWithoutWaiting(t *testing.T) {
 		assert.NoError(t, err, "rank %d", r)
 	}
 }
+
+// WaitAll completes a window of receives and reports the failures among
+// them, in order, skipping nil requests.
+func TestWaitAll(t *testing.T) {
+	comms, err := Local(2)
+	require.NoError(t, err)
+	const msgs = 6
+	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+		if c.Rank() == 1 {
+			sends := make([]*Request, msgs+1)
+			for i := range msgs {
+				sends[i] = StartSend(ctx, c, []float32{float32(i), float32(i * i)}, 0)
+			}
+			// The last message is one value too long for its receive.
+			if err := Send(ctx, c, []float32{1, 2, 3}, 0); err != nil && !errors.Is(err, ErrMismatch) {
+				return err
+			}
+			return WaitAll(ctx, sends...)
+		}
+		bufs := make([][]float32, msgs)
+		recvs := make([]*Request, 0, msgs+2)
+		for i := range bufs {
+			bufs[i] = make([]float32, 2)
+			recvs = append(recvs, StartRecv(ctx, c, bufs[i], 1))
+		}
+		recvs = append(recvs, nil, StartRecv(ctx, c, make([]float32, 2), 1))
+		err := WaitAll(ctx, recvs...)
+		if !errors.Is(err, ErrMismatch) {
+			return fmt.Errorf("WaitAll: %v, want the last receive's ErrMismatch", err)
+		}
+		for i, b := range bufs {
+			if b[0] != float32(i) || b[1] != float32(i*i) {
+				return fmt.Errorf("receive %d: got %v", i, b)
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d", r)
+	}
+}

@@ -92,7 +92,7 @@ func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
 			op.Fail(fmt.Errorf("%w while waiting for %s", op.Ctx.Err(), tr))
 		}
 	})
-	r := &Request{kind: kind, seq: op.Seq, done: tr.Done(), tr: tr}
+	r := &Request{kind: kind, seq: op.Seq, tr: tr}
 	r.finish = func() error {
 		stop()
 		defer cancel()

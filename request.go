@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/sparcml/sparcml/collectives"
@@ -23,7 +24,8 @@ type Request struct {
 	sparse *SparseStats
 
 	// Point-to-point requests are the transport's own request tr (done
-	// is tr's); finish computes err once it has completed, once guards it.
+	// is nil: Done asks tr); finish computes err once it has completed,
+	// once guards it.
 	tr     *transport.Request
 	finish func() error
 	once   sync.Once
@@ -60,10 +62,32 @@ func (r *Request) Wait(ctx context.Context) error {
 	}
 }
 
+// WaitAll waits for every request (as MPI_Waitall) and returns their
+// errors joined, nil if all succeeded; a nil request is skipped. It waits
+// for the last one first: messages between two ranks complete in the order
+// they were started, so by the time the last of a window of receives has
+// completed the others usually have too, and the caller is woken once for
+// the window instead of once per message (on a busy machine each wake-up
+// of a sleeping goroutine can cost more than a small message's transfer).
+// A ctx ending stops the waiting, not the operations, as in Wait.
+func WaitAll(ctx context.Context, reqs ...*Request) error {
+	var errs []error
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if reqs[i] == nil {
+			continue
+		}
+		if err := reqs[i].Wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	slices.Reverse(errs) // in the order the requests were given
+	return errors.Join(errs...)
+}
+
 // Test reports whether the operation has completed, and its error if so.
 func (r *Request) Test() (bool, error) {
 	select {
-	case <-r.done:
+	case <-r.Done():
 		return true, r.result()
 	default:
 		return false, nil
@@ -71,21 +95,28 @@ func (r *Request) Test() (bool, error) {
 }
 
 // Done is closed when the operation completes.
-func (r *Request) Done() <-chan struct{} { return r.done }
+func (r *Request) Done() <-chan struct{} {
+	if r.tr != nil {
+		// Asked each time: the transport learns that someone watches
+		// the channel rather than waiting (see transport.Request.Done).
+		return r.tr.Done()
+	}
+	return r.done
+}
 
 // Seq is the operation's sequence number on its communicator.
 func (r *Request) Seq() uint64 { return r.seq }
 
 // Algo is the algorithm the operation ran (valid once complete).
 func (r *Request) Algo() Algo {
-	<-r.done
+	<-r.Done()
 	return r.algo
 }
 
 // SparseStats returns the statistics of a sparse allreduce once it has
 // completed (nil for other operations).
 func (r *Request) SparseStats() *SparseStats {
-	<-r.done
+	<-r.Done()
 	return r.sparse
 }
 

@@ -375,18 +375,15 @@ func (o *p2pBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
 			for range o.window {
 				o.sends = append(o.sends, sparcml.StartSend(ctx, o.c, o.data, o.peer))
 			}
-			for _, s := range o.sends {
-				if err := s.Wait(ctx); err != nil {
-					return 0, err
-				}
+			if err := sparcml.WaitAll(ctx, o.sends...); err != nil {
+				return 0, err
 			}
 		}
 		return collectives.AlgoDirect, o.pending[0].Wait(ctx)
 	}
-	for _, r := range o.pending {
-		if err := r.Wait(ctx); err != nil {
-			return 0, err
-		}
+	// As osu_bw does with MPI_Waitall: one wait for the whole window.
+	if err := sparcml.WaitAll(ctx, o.pending...); err != nil {
+		return 0, err
 	}
 	return collectives.AlgoDirect, sparcml.Send(ctx, o.c, o.ack, o.peer)
 }
