@@ -1,9 +1,11 @@
 package fallback
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -19,6 +21,12 @@ type conn struct {
 	nc    *net.TCPConn
 	q     *sendQueue
 	fr    frameReader
+
+	rs        readShare // who reads the socket (readshare.go)
+	endOnce   sync.Once
+	waitRecvF func(ctx context.Context, done <-chan struct{}) error // c.waitRecv, made once
+	waitSendF func(ctx context.Context, done <-chan struct{}) error // c.waitSend, made once
+	watchF    func(r *transport.Request)                            // c.watch, made once
 
 	goodbye    atomic.Bool            // a goodbye frame arrived on this connection
 	byeReason  atomic.Pointer[string] // what that goodbye said, set before goodbye
@@ -55,6 +63,8 @@ type conn struct {
 
 func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 	c := &conn{t: t, peer: peer, index: index, nc: nc, q: newSendQueue(), readerDone: make(chan struct{})}
+	c.rs.init()
+	c.waitRecvF, c.waitSendF, c.watchF = c.waitRecv, c.waitSend, c.watch
 	if rc, err := nc.SyscallConn(); err == nil {
 		c.rc = rc
 	}
@@ -192,6 +202,7 @@ const readerGrace = 100 * time.Millisecond
 func (c *conn) writeFailed(batch []*sendItem, err error) {
 	t := c.t
 	if !t.isStopping() {
+		c.kick() // someone must read the peer's goodbye or reset
 		select {
 		case <-c.readerDone:
 		case <-time.After(readerGrace):
@@ -212,11 +223,30 @@ func (c *conn) writeFailed(batch []*sendItem, err error) {
 	t.fail(lost, c.peer)
 }
 
-// readLoop reads frames until the connection ends, then reports why.
+// readLoop is the connection's background reader: it reads whenever it is
+// its turn (see readshare.go) until the connection ends.
 func (c *conn) readLoop() {
 	defer c.t.readers.Done()
-	defer close(c.readerDone)
-	err := c.fr.run()
+	for c.awaitTurn() {
+		if err := c.readInBackground(); err != nil {
+			c.readEnded(err)
+			return
+		}
+	}
+}
+
+// readEnded is called by whoever read the error that ended the
+// connection's read side (the background reader or a waiter), and reports
+// why, once.
+func (c *conn) readEnded(err error) {
+	c.endOnce.Do(func() {
+		c.reportReadEnd(err)
+		c.markReadEnded()
+		close(c.readerDone)
+	})
+}
+
+func (c *conn) reportReadEnd(err error) {
 	t := c.t
 	if c.fr.sawGoodbye {
 		c.byeReason.Store(&c.fr.byeReason)

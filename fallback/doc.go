@@ -26,7 +26,7 @@
 // queued or being written, a frame the socket buffer cannot take, or one
 // above 1 MiB) the connection's writer goroutine writes it, so Send never
 // waits for the peer. A request completes when its bytes are in the
-// kernel. A reader goroutine per connection reads a header, asks the
+// kernel. Whoever reads a connection (see below) reads a header, asks the
 // receive matcher where the payload goes and reads it there: straight into
 // the posted receive buffer when the receive is posted (zero-copy), into a
 // pooled buffer otherwise; for a large payload it raises the socket's
@@ -36,6 +36,20 @@
 // a peer's budget of unexpected bytes is used up the reader stops reading
 // that connection until receives are posted, and TCP flow control stops
 // the sender: memory stays bounded.
+//
+// # Who reads
+//
+// A goroutine that waits for a receive reads the connection itself when
+// nobody else is, delivering every frame it meets until its own message
+// is in, so the data wakes the waiting caller directly, as with a plain
+// net.Conn; a reader goroutine handing each message to its waiter would
+// cost a goroutine wake-up per message, which in Go also wakes an idle
+// thread. Each connection also has a background reader, which reads when
+// nobody waits: for receives watched through Done, for a Wait on a send
+// the socket has not taken, and when the watchdog finds the connection
+// unread (every 100 ms), so a peer's death is noticed even while nobody
+// waits on it. Reads are resumable at any byte (a waiter whose deadline
+// passes mid-frame leaves the rest to the next reader). See readshare.go.
 //
 // # Failures
 //

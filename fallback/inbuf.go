@@ -87,20 +87,21 @@ func (b *inBuf) ReadFull(p []byte) error {
 	return err
 }
 
-// Discard skips n bytes.
-func (b *inBuf) Discard(n int) error {
-	for n > 0 {
-		if b.r == b.w {
-			if err := b.fill(); err != nil {
-				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				return err
-			}
-		}
-		k := min(n, b.w-b.r)
-		b.r += k
-		n -= k
+// Skip skips up to n bytes, at least one unless it fails, reading the
+// source only when nothing is buffered.
+func (b *inBuf) Skip(n int) (int, error) {
+	if n <= 0 {
+		return 0, nil
 	}
-	return nil
+	if b.r == b.w {
+		if err := b.fill(); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+	}
+	k := min(n, b.w-b.r)
+	b.r += k
+	return k, nil
 }

@@ -92,6 +92,23 @@ func runBenchChild(mode string) error {
 		}
 		_, err = nc.Read(make([]byte, 1)) // wait until the parent has read everything
 		return err
+	case "pingpong":
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(5 * time.Minute))
+		ack := make([]byte, 1)
+		for range n {
+			if _, err := nc.Write(src); err != nil {
+				return err
+			}
+			if _, err := io.ReadFull(nc, ack); err != nil {
+				return err
+			}
+		}
+		return nil
 	case "p2p":
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -263,4 +280,66 @@ func BenchmarkP2PProcesses(b *testing.B) {
 func reportProcessesCPU(b *testing.B, parent time.Duration, cmd *exec.Cmd, size int) {
 	child := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	b.ReportMetric((parent+child).Seconds()/(float64(b.N)*float64(size)/1e9), "cpu-s/GB")
+}
+
+// BenchmarkHandoffPingPong measures what one goroutine hand-off per message
+// costs, with no transport involved: a child process sends 64 KiB over a
+// plain socket and waits for a one-byte acknowledgement; this process
+// reads the message and acknowledges it either in one goroutine (direct)
+// or, as a reader goroutine serving a waiting caller would, reads it in
+// one goroutine and acknowledges from another woken through a channel
+// (handoff). The difference is why the TCP transport lets a waiting
+// caller read its connection itself (readshare.go). ns/op is one round
+// trip.
+func BenchmarkHandoffPingPong(b *testing.B) {
+	const size = 64 << 10
+	for _, mode := range []string{"direct", "handoff"} {
+		b.Run(mode, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			cmd := startChild(b, "pingpong", ln.Addr().String(), size)
+			nc, err := ln.Accept()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(5 * time.Minute)) // a hang fails
+			buf, ack := make([]byte, size), []byte{1}
+			b.SetBytes(size)
+			b.ResetTimer()
+			if mode == "direct" {
+				for range b.N {
+					if _, err := io.ReadFull(nc, buf); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := nc.Write(ack); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				arrived := make(chan error)
+				go func() {
+					for range b.N {
+						_, err := io.ReadFull(nc, buf)
+						arrived <- err
+					}
+				}()
+				for range b.N {
+					if err := <-arrived; err != nil {
+						b.Fatal(err)
+					}
+					if _, err := nc.Write(ack); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			if err := cmd.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sparcml/sparcml/transport"
 )
@@ -23,6 +24,11 @@ type fillGate interface {
 // frameReader reads the frames of one connection from one peer and hands
 // them to the matcher. It is independent of the rest of the transport so
 // that it can be fuzzed on arbitrary bytes.
+//
+// Its progress through the current frame lives in the struct, not on a
+// goroutine's stack: a read that ends with a timeout (a caller reading for
+// itself whose wait ran out, see readshare.go) loses nothing, and whoever
+// reads the connection next resumes the frame where it stopped.
 type frameReader struct {
 	peer       int
 	r          *inBuf
@@ -39,6 +45,15 @@ type frameReader struct {
 	reason     [maxReasonLen]byte
 	sawGoodbye bool
 	byeReason  string // the goodbye's payload: why the peer closed, if it had failed
+
+	// The frame being read.
+	inFrame bool
+	hdrGot  int    // header bytes read (before inFrame)
+	cur     header // the decoded header (inFrame)
+	claimed bool   // data frame: the matcher has said where it goes
+	dst     []byte // ... into dst, or nowhere if nil
+	fin     func() // completes the message once read
+	got     int    // payload bytes read so far
 }
 
 // readBufferSize is the size of the buffered reader in front of the
@@ -52,20 +67,60 @@ const readBufferSize = 8 << 10
 // sawGoodbye set.
 func (fr *frameReader) run() error {
 	for {
-		if err := fr.readFrame(); err != nil {
+		if err := fr.readFrame(true); err != nil {
 			return err
 		}
 	}
 }
 
-func (fr *frameReader) readFrame() error {
-	fr.needBytes(headerSize)
-	if err := fr.r.ReadFull(fr.hdr[:]); err != nil {
-		if err == io.EOF {
+// betweenFrames reports whether the next byte read starts a frame.
+func (fr *frameReader) betweenFrames() bool { return !fr.inFrame && fr.hdrGot == 0 }
+
+// readFrame reads the rest of the current frame, or a whole new one. With
+// block false it does not wait for the unexpected-message budget: it
+// returns transport.ErrNoBudget instead, and a later call resumes. A
+// timeout from the socket is returned as it is, also resumable; any
+// other error ends the connection.
+func (fr *frameReader) readFrame(block bool) error {
+	if !fr.inFrame {
+		if err := fr.readHeader(); err != nil {
+			return err
+		}
+	}
+	var err error
+	switch fr.cur.kind {
+	case frameData:
+		err = fr.readData(block)
+	case frameFailOp, frameGoodbye:
+		err = fr.readReason()
+	default:
+		return protocolErrorf("unhandled frame kind %v", fr.cur.kind)
+	}
+	if err == nil {
+		fr.inFrame = false
+	}
+	return err
+}
+
+func (fr *frameReader) readHeader() error {
+	fr.needBytes(headerSize - fr.hdrGot)
+	for fr.hdrGot < headerSize {
+		n, err := fr.r.Read(fr.hdr[fr.hdrGot:])
+		fr.hdrGot += n
+		if err == nil || fr.hdrGot == headerSize {
+			continue
+		}
+		switch {
+		case isTimeout(err):
+			return err
+		case err == io.EOF && fr.hdrGot == 0:
 			return err // clean end between frames
+		case err == io.EOF:
+			err = io.ErrUnexpectedEOF
 		}
 		return fmt.Errorf("reading frame header: %w", err)
 	}
+	fr.hdrGot = 0
 	h, err := decodeHeader(fr.hdr[:], fr.maxMessage)
 	if err != nil {
 		return err
@@ -73,54 +128,88 @@ func (fr *frameReader) readFrame() error {
 	if fr.sawGoodbye {
 		return protocolErrorf("%v frame after goodbye", h.kind)
 	}
-	switch h.kind {
-	case frameData:
-		return fr.readData(&h)
-	case frameFailOp:
-		return fr.readFailOp(&h)
-	case frameGoodbye:
-		reason := fr.reason[:h.length] // decodeHeader bounded it by maxReasonLen
-		fr.needBytes(len(reason))
-		if _, err := io.ReadFull(fr.r, reason); err != nil {
-			return payloadError(&h, err)
+	fr.inFrame, fr.cur = true, h
+	fr.claimed, fr.dst, fr.fin, fr.got = false, nil, nil, 0
+	return nil
+}
+
+// readReason reads the text of a fail-op or goodbye frame and acts on it.
+func (fr *frameReader) readReason() error {
+	h := &fr.cur
+	reason := fr.reason[:h.length] // decodeHeader bounded it by maxReasonLen
+	fr.needBytes(len(reason) - fr.got)
+	for fr.got < len(reason) {
+		n, err := fr.r.Read(reason[fr.got:])
+		fr.got += n
+		if err != nil && fr.got < len(reason) {
+			if isTimeout(err) {
+				return err
+			}
+			return payloadError(h, err)
 		}
+	}
+	if h.kind == frameGoodbye {
 		fr.sawGoodbye, fr.byeReason = true, string(reason)
 		return nil
 	}
-	return protocolErrorf("unhandled frame kind %v", h.kind)
+	fr.m.FailOp(h.tag.Comm, h.tag.Seq, &transport.RemoteFailure{Peer: fr.peer, Reason: string(reason)})
+	return nil
 }
 
 // readData reads one message's payload where the matcher says: into the
 // posted receive buffer (zero-copy), into an unexpected-message buffer, or
 // nowhere (a failed operation's late message).
-func (fr *frameReader) readData(h *header) error {
+func (fr *frameReader) readData(block bool) error {
+	h := &fr.cur
 	n := int(h.length) // decodeHeader bounded it by maxMessage
-	dst, done, err := fr.m.Claim(fr.peer, h.tag, h.desc, n)
-	if err != nil {
-		return err
+	if !fr.claimed {
+		claim := fr.m.Claim
+		if !block {
+			claim = fr.m.TryClaim
+		}
+		dst, fin, err := claim(fr.peer, h.tag, h.desc, n)
+		if err != nil {
+			return err
+		}
+		fr.claimed, fr.dst, fr.fin = true, dst, fin
 	}
-	if dst == nil {
-		fr.needBytes(n)
-		if err := fr.r.Discard(n); err != nil {
-			return payloadError(h, err)
+	if fr.dst == nil {
+		if err := fr.discard(n); err != nil {
+			return err
 		}
 		fr.onData(n)
-		done()
+		fr.fin()
 		return nil
 	}
 	if !fr.gate.enterFill() {
 		return errStopping
 	}
-	err = fr.readPayload(dst)
+	err := fr.readPayload(fr.dst)
 	if err == nil {
 		// Counted before the completion, so that a caller who has seen
 		// its receive complete also sees it in Stats.
 		fr.onData(n)
-		done()
+		fr.fin()
 	}
 	fr.gate.exitFill()
-	if err != nil {
+	if err != nil && !isTimeout(err) {
 		return payloadError(h, err)
+	}
+	return err
+}
+
+// discard skips the rest of an n-byte payload.
+func (fr *frameReader) discard(n int) error {
+	fr.needBytes(n - fr.got)
+	for fr.got < n {
+		k, err := fr.r.Skip(n - fr.got)
+		fr.got += k
+		if err != nil && fr.got < n {
+			if isTimeout(err) {
+				return err
+			}
+			return payloadError(&fr.cur, err)
+		}
 	}
 	return nil
 }
@@ -136,7 +225,7 @@ const (
 	lowatCap = 4 << 20
 )
 
-// readPayload fills dst from the stream. For a large payload it first
+// readPayload fills dst[fr.got:] from the stream. For a large payload it first
 // raises the socket's receive low-water mark to what is still to come, so
 // that the reader sleeps until that much has arrived instead of waking for
 // every segment: on a busy machine each of those wake-ups is a thread
@@ -146,22 +235,36 @@ const (
 // the reader); needBytes puts it back at 1 before anything else is read
 // from the socket.
 func (fr *frameReader) readPayload(dst []byte) error {
-	if fr.lowat == nil || len(dst)-fr.r.Buffered() < lowatMin {
-		fr.needBytes(len(dst))
-		return fr.r.ReadFull(dst)
+	if fr.lowat == nil || len(dst)-fr.got-fr.r.Buffered() < lowatMin {
+		fr.needBytes(len(dst) - fr.got)
+		return fr.readTo(dst, 0)
 	}
-	for got := 0; got < len(dst); {
+	for fr.got < len(dst) {
 		// Bytes already in the buffer are not in the socket: they
 		// must not count towards the mark.
-		want := min(len(dst)-got-fr.r.Buffered(), lowatCap)
+		want := min(len(dst)-fr.got-fr.r.Buffered(), lowatCap)
 		if want < lowatMin {
 			want = 1 // the tail: not worth a system call
 		}
 		fr.setMark(want)
-		n, err := fr.r.Read(dst[got:])
-		got += n
-		if err != nil && got < len(dst) {
+		if err := fr.readTo(dst, 1); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// readTo reads dst[fr.got:] until it is full or, with reads > 0, for that
+// many successful reads, advancing fr.got.
+func (fr *frameReader) readTo(dst []byte, reads int) error {
+	for i := 0; fr.got < len(dst) && (reads == 0 || i < reads); i++ {
+		n, err := fr.r.Read(dst[fr.got:])
+		fr.got += n
+		if err != nil && fr.got < len(dst) {
+			return err
+		}
+		if n == 0 && err == nil {
+			return io.ErrNoProgress
 		}
 	}
 	return nil
@@ -192,15 +295,6 @@ func (fr *frameReader) needBytes(n int) {
 	}
 }
 
-func (fr *frameReader) readFailOp(h *header) error {
-	reason := fr.reason[:h.length] // decodeHeader bounded it by maxReasonLen
-	if _, err := io.ReadFull(fr.r, reason); err != nil {
-		return payloadError(h, err)
-	}
-	fr.m.FailOp(h.tag.Comm, h.tag.Seq, &transport.RemoteFailure{Peer: fr.peer, Reason: string(reason)})
-	return nil
-}
-
 // payloadError describes a read that ended inside a frame: the header
 // promised more bytes, so even a plain EOF is unexpected.
 func payloadError(h *header, err error) error {
@@ -209,3 +303,7 @@ func payloadError(h *header, err error) error {
 	}
 	return fmt.Errorf("reading %d-byte payload of %v frame (%v): %w", h.length, h.kind, h.tag, err)
 }
+
+// isTimeout reports whether err is a read deadline passing: the read can
+// be resumed.
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }

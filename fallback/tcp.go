@@ -37,6 +37,8 @@ type Transport struct {
 	peerGone []int      // per peer, connections that ended with goodbye
 
 	closeOnce sync.Once
+	stopWatch chan struct{}  // closed by Close: the watchdog returns
+	watchdog  sync.WaitGroup // the goroutine of watchIdle
 	readers   sync.WaitGroup
 	writers   sync.WaitGroup
 	aborters  sync.WaitGroup // goroutines started by fail
@@ -83,7 +85,34 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 			go c.writeLoop()
 		}
 	}
+	t.stopWatch = make(chan struct{})
+	t.watchdog.Add(1)
+	go t.watchIdle()
 	return t, nil
+}
+
+// idleCheck is how often the watchdog looks for connections nobody reads
+// (a variable so that tests can keep it out of their way).
+var idleCheck = 100 * time.Millisecond
+
+// watchIdle hands every connection that nobody is reading to its
+// background reader, every idleCheck: callers read their connections
+// themselves while they wait (readshare.go), so without this a peer that
+// died or closed while no caller waited on it would go unnoticed until
+// someone did, and operations pending elsewhere would never learn that
+// the job has lost a rank.
+func (t *Transport) watchIdle() {
+	defer t.watchdog.Done()
+	tick := time.NewTicker(idleCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stopWatch:
+			return
+		case <-tick.C:
+		}
+		t.forEachConn(func(c *conn) { c.nudge() })
+	}
 }
 
 // Name implements transport.Transport.
@@ -133,8 +162,10 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 			transport.ErrInvalid, t.rank, n, peer, t.cfg.MaxMessage))
 	}
 	req := transport.NewRequest(peer, tag, true)
+	c := t.connFor(peer, tag)
+	req.SetWaiter(c.waitSendF)
 	it := newSendItem(header{kind: frameData, tag: tag, desc: desc, length: uint64(n)}, bufs, req)
-	t.connFor(peer, tag).send(it)
+	c.send(it)
 	return req
 }
 
@@ -143,7 +174,14 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 	if err := t.checkPeer(peer); err != nil {
 		return transport.Failed(peer, tag, false, err)
 	}
-	return t.m.Post(peer, tag, desc, buf)
+	req := t.m.Post(peer, tag, desc, buf)
+	if !req.Completed() {
+		// Set before anyone else sees req: only this goroutine has it.
+		c := t.connFor(peer, tag)
+		req.SetWaiter(c.waitRecvF)
+		req.SetWatcher(c.watchF)
+	}
+	return req
 }
 
 // FailOp implements transport.Transport: the operation fails here at once
@@ -216,6 +254,10 @@ func (t *Transport) Close() error {
 			}
 		}
 		t.setErr(transport.ErrClosed)
+		if t.stopWatch != nil {
+			close(t.stopWatch)
+			t.watchdog.Wait()
+		}
 		deadline := time.Now().Add(closeTimeout)
 		t.forEachConn(func(c *conn) {
 			_ = c.nc.SetWriteDeadline(deadline)
@@ -259,6 +301,7 @@ func (t *Transport) fail(err error, closePeer int) {
 		c.q.close(err)
 		if closePeer == closeAll || closePeer == c.peer {
 			_ = c.nc.Close()
+			c.kick() // someone must read the error and end the read side
 		}
 	})
 	if first {

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"sync"
 )
 
@@ -191,6 +192,21 @@ func (m *Matcher) mismatch(peer int, tag Tag, local, remote Desc) error {
 // blocks while the peer's unexpected budget is exhausted, and returns the
 // matcher's error once it has failed.
 func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (dst []byte, done func(), err error) {
+	return m.claim(peer, tag, desc, n, true)
+}
+
+// TryClaim is Claim without the blocking: where Claim would wait for the
+// peer's unexpected budget it returns ErrNoBudget, and the message stays
+// unclaimed. It is for a caller that reads on its own behalf and must not
+// wait for other operations (see the TCP transport).
+func (m *Matcher) TryClaim(peer int, tag Tag, desc Desc, n int) (dst []byte, done func(), err error) {
+	return m.claim(peer, tag, desc, n, false)
+}
+
+// ErrNoBudget is TryClaim's answer when the unexpected budget is full.
+var ErrNoBudget = errors.New("unexpected-message budget exhausted")
+
+func (m *Matcher) claim(peer int, tag Tag, desc Desc, n int, block bool) (dst []byte, done func(), err error) {
 	k := mkey{peer, tag}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -227,6 +243,9 @@ func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (dst []byte, done f
 			m.unexpBytes[peer] = used + int64(n)
 			buf := GetBuf(n)
 			return buf, func() { m.finishUnexpected(k, desc, buf) }, nil
+		}
+		if !block {
+			return nil, nil, ErrNoBudget
 		}
 		m.space.Wait()
 	}

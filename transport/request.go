@@ -14,11 +14,13 @@ type Request struct {
 	Tag  Tag
 	Send bool
 
-	once sync.Once
-	done chan struct{}
-	data []byte
-	err  error
-	poll func(done <-chan struct{})
+	once  sync.Once
+	done  chan struct{}
+	data  []byte
+	err   error
+	poll  func(done <-chan struct{})
+	wait  func(ctx context.Context, done <-chan struct{}) error
+	watch func(r *Request)
 }
 
 // NewRequest returns a pending request.
@@ -54,8 +56,39 @@ func (r *Request) Complete(data []byte, err error) bool {
 // it before handing the request out.
 func (r *Request) SetPoller(poll func(done <-chan struct{})) { r.poll = poll }
 
+// SetWaiter replaces how Wait blocks: wait must return nil once done is
+// closed or ctx's error once ctx ends, whichever comes first. The TCP
+// transport reads the socket in the waiting goroutine there, so that the
+// data wakes the waiter directly instead of through a reader goroutine.
+// A transport calls it before handing the request out.
+func (r *Request) SetWaiter(wait func(ctx context.Context, done <-chan struct{}) error) {
+	r.wait = wait
+}
+
+// SetWatcher registers watch, called by Done while the request is pending:
+// someone will watch the channel instead of calling Wait, so a transport
+// that progresses in waiters (see SetWaiter) must progress on its own. A
+// transport calls it before handing the request out.
+func (r *Request) SetWatcher(watch func(r *Request)) { r.watch = watch }
+
 // Done is closed when the request completes.
-func (r *Request) Done() <-chan struct{} { return r.done }
+func (r *Request) Done() <-chan struct{} {
+	if r.watch != nil && !r.Completed() {
+		r.watch(r)
+	}
+	return r.done
+}
+
+// Completed reports whether the request has completed. Unlike Done and
+// Test it is for transports: it never calls the watcher.
+func (r *Request) Completed() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // Test reports whether the request has completed, and its error if so.
 func (r *Request) Test() (bool, error) {
@@ -74,6 +107,12 @@ func (r *Request) Wait(ctx context.Context) error {
 	case <-r.done:
 		return r.err
 	default:
+	}
+	if r.wait != nil {
+		if err := r.wait(ctx, r.done); err != nil && !r.Completed() {
+			return err
+		}
+		return r.err
 	}
 	if r.poll != nil {
 		r.poll(r.done)
