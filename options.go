@@ -64,7 +64,9 @@ func WithInterface(ifname string) Option { return func(c *config) { c.ifname = i
 func WithTransport(name string) Option { return func(c *config) { c.transport = name } }
 
 // WithTimeout sets the default deadline of every operation whose context
-// has none, as SPARCML_TIMEOUT does; 0 disables it.
+// has none, as SPARCML_TIMEOUT does; 0 disables it. An operation gets at
+// least d and at most d/64 (a second at most) more: operations started
+// close together share one deadline (see deadline.go).
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout, c.timeoutSet = d, true }
 }

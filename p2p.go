@@ -82,7 +82,7 @@ func p2pDesc[T Float](n int) transport.Desc {
 // the error wrapping, when Wait or Test first sees the completion.
 func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
 	post func(op *collectives.Op) *transport.Request, check func(op *collectives.Op, data []byte) error) *Request {
-	op, cancel, err := c.p2pOp(ctx, kind, peer, send)
+	op, err := c.p2pOp(ctx, kind, peer, send)
 	if err != nil {
 		return failedRequest(kind, err)
 	}
@@ -95,7 +95,6 @@ func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
 	r := &Request{kind: kind, seq: op.Seq, tr: tr}
 	r.finish = func() error {
 		stop()
-		defer cancel()
 		data, err := op.WaitData(tr) // complete: returns at once
 		if err != nil || check == nil {
 			return err
@@ -108,12 +107,12 @@ func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
 // p2pOp checks the peer, numbers the message in its direction and bounds
 // ctx by the default timeout. The sequence number is taken here, in call
 // order, so messages between two ranks match in the order they started.
-func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*collectives.Op, context.CancelFunc, error) {
+func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*collectives.Op, error) {
 	if err := c.usable(kind); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if peer < 0 || peer >= c.Size() || peer == c.Rank() {
-		return nil, nil, &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
+		return nil, &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
 	}
 	c.p2pMu.Lock()
 	if c.p2pSeq == nil {
@@ -123,11 +122,7 @@ func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*co
 	c.p2pSeq[k]++
 	seq := c.p2pSeq[k]
 	c.p2pMu.Unlock()
-	cancel := context.CancelFunc(func() {})
-	if _, has := ctx.Deadline(); !has && c.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-	}
-	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}, cancel, nil
+	return &collectives.Op{Ctx: c.bounded(ctx), T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}, nil
 }
 
 type p2pKey struct {

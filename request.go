@@ -151,8 +151,7 @@ func (c *Comm) run(ctx context.Context, kind string, fn opFunc, opts []CallOptio
 	if err := c.usable(kind); err != nil {
 		return err
 	}
-	op, cancel := c.nextOp(ctx)
-	defer cancel()
+	op := c.nextOp(ctx)
 	c.track(op.Seq)
 	_, err := fn(op, c.callConfig(opts))
 	c.untrack(op.Seq, err)
@@ -167,12 +166,11 @@ func (c *Comm) start(ctx context.Context, kind string, fn opFunc, opts []CallOpt
 	}
 	done := make(chan struct{})
 	r := &Request{kind: kind, done: done}
-	op, cancel := c.nextOp(ctx)
+	op := c.nextOp(ctx)
 	r.seq = op.Seq
 	cc := c.callConfig(opts)
 	c.track(op.Seq)
 	go func() {
-		defer cancel()
 		r.algo, r.err = fn(op, cc)
 		c.untrack(op.Seq, r.err)
 		close(done)

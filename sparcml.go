@@ -100,6 +100,8 @@ type Comm struct {
 	p2pMu  sync.Mutex
 	p2pSeq map[p2pKey]uint64
 
+	deadlines sharedDeadlines // the default timeout's contexts (deadline.go)
+
 	closed atomic.Bool
 }
 
@@ -155,6 +157,7 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	err := c.t.Close()
+	c.deadlines.cancelAll()
 	if c.store != nil {
 		if serr := c.store.Close(); err == nil {
 			err = serr
@@ -168,16 +171,21 @@ const closeQuiesce = 30 * time.Second
 
 // nextOp assigns the next sequence number and returns the op with its
 // context bounded by the default timeout.
-func (c *Comm) nextOp(ctx context.Context) (*collectives.Op, context.CancelFunc) {
+func (c *Comm) nextOp(ctx context.Context) *collectives.Op {
 	c.seqMu.Lock()
 	c.seq++
 	seq := c.seq
 	c.seqMu.Unlock()
-	cancel := context.CancelFunc(func() {})
-	if _, has := ctx.Deadline(); !has && c.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+	return &collectives.Op{Ctx: c.bounded(ctx), T: c.t, Comm: c.id, Seq: seq, Pool: c.pool}
+}
+
+// bounded returns ctx, bounded by the default timeout if it has no
+// deadline of its own.
+func (c *Comm) bounded(ctx context.Context) context.Context {
+	if _, has := ctx.Deadline(); has || c.timeout <= 0 {
+		return ctx
 	}
-	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id, Seq: seq, Pool: c.pool}, cancel
+	return c.deadlines.bound(ctx, c.timeout)
 }
 
 // newComm wraps a connected transport.
