@@ -85,3 +85,36 @@ func ExampleAllgatherv() {
 	wg.Wait()
 	// Output: [0 20 21]
 }
+
+// A window of point-to-point messages in flight, completed with one
+// WaitAll, as a bandwidth test or a pipeline stage does.
+func ExampleWaitAll() {
+	comms, _ := sparcml.Local(2)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func(r int, c *sparcml.Comm) {
+			defer wg.Done()
+			ctx := context.Background()
+			window := make([]*sparcml.Request, 4)
+			bufs := make([][]float32, len(window))
+			for i := range window {
+				bufs[i] = make([]float32, 2)
+				if r == 0 {
+					bufs[i][0], bufs[i][1] = float32(i), float32(10*i)
+					window[i] = sparcml.StartSend(ctx, c, bufs[i], 1)
+				} else {
+					window[i] = sparcml.StartRecv(ctx, c, bufs[i], 0)
+				}
+			}
+			if err := sparcml.WaitAll(ctx, window...); err != nil {
+				panic(err)
+			}
+			if r == 1 {
+				fmt.Println(bufs)
+			}
+		}(r, c)
+	}
+	wg.Wait()
+	// Output: [[0 0] [1 10] [2 20] [3 30]]
+}
