@@ -431,12 +431,16 @@ func (t *Transport) buildWrites(p *peer, rs *rndvSend, cts header) error {
 	maxSGE := p.qp.Caps().MaxSendSGE
 	remote := cts.Size
 	var wrs []verbs.SendWR
-	cur := verbs.SendWR{Opcode: verbs.OpRDMAWrite, RemoteAddr: remote, RKey: cts.RKey}
+	// Every request names the send, not only the signalled last one: a
+	// request that fails completes (in error) signalled or not, and its
+	// completion must name the right peer and operation.
+	wrid := makeWRID(wrRndv, p.rank, cts.ID)
+	cur := verbs.SendWR{ID: wrid, Opcode: verbs.OpRDMAWrite, RemoteAddr: remote, RKey: cts.RKey}
 	curLen := 0
 	flush := func() {
 		wrs = append(wrs, cur)
 		remote += uint64(curLen)
-		cur = verbs.SendWR{Opcode: verbs.OpRDMAWrite, RemoteAddr: remote, RKey: cts.RKey}
+		cur = verbs.SendWR{ID: wrid, Opcode: verbs.OpRDMAWrite, RemoteAddr: remote, RKey: cts.RKey}
 		curLen = 0
 	}
 	for _, b := range rs.bufs {
@@ -470,7 +474,6 @@ func (t *Transport) buildWrites(p *peer, rs *rndvSend, cts header) error {
 	last.Opcode = verbs.OpRDMAWriteWithImm
 	last.Imm = makeImm(immDone, cts.ID2)
 	last.Signaled = true
-	last.ID = makeWRID(wrRndv, p.rank, cts.ID)
 	rs.wrs = wrs
 	return nil
 }
