@@ -18,8 +18,11 @@ j() { "$B" bench --format json --iters "$ITERS" --warmup 3 "$@"; }
 jw() { "$B" bench --format json --iters "$ITERS" --warmup 40 "$@"; }
 
 echo "# p2p vs plain Go TCP socket copy (iterations interleaved): one message, then 16 in flight" >&2
-j -n 2 --op p2p --sizes 16K:16M --baseline --iters 40
-j -n 2 --op p2p --sizes 16K:1M --baseline --window 16 --iters 20
+# Small messages take microseconds and the machine's noise comes in bursts
+# of milliseconds: they get more iterations, so the medians see through it.
+j -n 2 --op p2p --sizes 16K:64K --baseline --iters 400
+j -n 2 --op p2p --sizes 128K:16M --baseline --iters 40
+j -n 2 --op p2p --sizes 16K:1M --baseline --window 16 --iters 60
 
 echo "# dense allreduce 16M float32 vs Open MPI (TCP BTL)" >&2
 for p in 2 4 8; do
