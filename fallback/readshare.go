@@ -116,17 +116,11 @@ func (c *conn) release() {
 	rs.mu.Unlock()
 }
 
-// kickAndRelease frees the read side for the background reader.
+// kickAndRelease frees the read side for the background reader (after
+// any blocked waiters).
 func (c *conn) kickAndRelease() {
-	rs := &c.rs
-	rs.mu.Lock()
-	rs.owner, rs.bgWanted = ownerNone, true
-	if rs.freed != nil {
-		close(rs.freed)
-		rs.freed = nil
-	}
-	c.wakeBackgroundLocked()
-	rs.mu.Unlock()
+	c.kick() // owned by us: this only marks the background reader wanted
+	c.release()
 }
 
 // kick makes the background reader take the read side at its next chance.

@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -105,38 +103,6 @@ func TestWatchedReceiveProgresses(t *testing.T) {
 	}
 }
 
-// withFakePeer starts rank 0 of a two-rank job whose rank 1 is this test,
-// writing raw bytes on the connection.
-func withFakePeer(t *testing.T) (*Transport, net.Conn) {
-	t.Helper()
-	store := bootstrap.NewMemStore()
-	t.Cleanup(func() { store.Close() })
-	ctx := waitCtx(t)
-	type result struct {
-		tr  *Transport
-		err error
-	}
-	started := make(chan result, 1)
-	go func() {
-		tr, err := New(ctx, Config{Rank: 0, Size: 2, Store: store, Token: testToken})
-		started <- result{tr, err}
-	}()
-	fake, err := dialRaw(ctx, store, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fake.nc.Close() })
-	if _, err := fake.join(testToken, hello{rank: 1, size: 2, conn: 0, connsPerPeer: 1}); err != nil {
-		t.Fatal(err)
-	}
-	res := <-started
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	t.Cleanup(func() { res.tr.Close() })
-	return res.tr, fake.nc
-}
-
 // A waiter whose context ends in the middle of a frame (of its header, of
 // its payload) leaves it half read; the next waiter, or the background
 // reader for a receive watched through Done, resumes it where it stopped
@@ -146,7 +112,7 @@ func TestWaiterTimeoutsResume(t *testing.T) {
 		t.Run(fmt.Sprintf("watch=%v", watch), func(t *testing.T) {
 			checkNoLeaks(t)
 			quietWatchdog(t)
-			tr, fake := withFakePeer(t)
+			tr, fake := withFakePeer(t, nil)
 			ctx := waitCtx(t)
 			// One message waited for first: from then on waiters read.
 			warm := transport.Tag{Comm: 7, Seq: 0}

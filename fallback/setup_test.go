@@ -216,47 +216,20 @@ func TestMalformedFrames(t *testing.T) {
 	for name, garbage := range cases {
 		t.Run(name, func(t *testing.T) {
 			checkNoLeaks(t)
-			store := bootstrap.NewMemStore()
-			defer store.Close()
 			log := &logBuffer{}
+			tr, fake := withFakePeer(t, func(c *Config) { c.MaxMessage, c.Logf = 1<<20, log.logf })
 			ctx := waitCtx(t)
-			type result struct {
-				tr  *Transport
-				err error
-			}
-			started := make(chan result, 1)
-			go func() {
-				tr, err := New(ctx, Config{Rank: 0, Size: 2, Store: store, Token: testToken, MaxMessage: 1 << 20, Logf: log.logf})
-				started <- result{tr, err}
-			}()
-			fake, err := dialRaw(ctx, store, 0)
-			if err != nil {
+			pending := tr.Recv(1, transport.Tag{Comm: 2, Seq: 1}, testDesc, nil)
+			if _, err := fake.Write(garbage); err != nil {
 				t.Fatal(err)
 			}
-			defer fake.nc.Close()
-			theirs, err := fake.join(testToken, hello{rank: 1, size: 2, conn: 0, connsPerPeer: 1})
-			if err != nil {
-				t.Fatalf("fake rank 1 could not join: %v", err)
-			}
-			if theirs.rank != 0 || theirs.size != 2 {
-				t.Fatalf("hello from rank 0: %+v", theirs)
-			}
-			res := <-started
-			if res.err != nil {
-				t.Fatal(res.err)
-			}
-			defer res.tr.Close()
-			pending := res.tr.Recv(1, transport.Tag{Comm: 2, Seq: 1}, testDesc, nil)
-			if _, err := fake.nc.Write(garbage); err != nil {
-				t.Fatal(err)
-			}
-			err = pending.Wait(ctx)
+			err := pending.Wait(ctx)
 			var pe *transport.PeerError
 			if !errors.As(err, &pe) || pe.Peer != 1 || pe.Kind != transport.ErrProtocol {
 				t.Fatalf("pending receive: %v, want a protocol PeerError naming rank 1", err)
 			}
-			if !errors.Is(res.tr.Err(), transport.ErrProtocol) {
-				t.Fatalf("Err() = %v, want ErrProtocol", res.tr.Err())
+			if !errors.Is(tr.Err(), transport.ErrProtocol) {
+				t.Fatalf("Err() = %v, want ErrProtocol", tr.Err())
 			}
 			if !log.contains("protocol error from rank 1") {
 				t.Errorf("not logged:\n%s", log)
@@ -288,4 +261,45 @@ func TestConnectError(t *testing.T) {
 		t.Fatalf("New = %v, want an error containing %q", err, want)
 	}
 	t.Log(err)
+}
+
+// withFakePeer starts rank 0 of a two-rank job (its Config changed by mod,
+// if not nil) whose rank 1 is the test itself, authenticated and then
+// writing raw bytes on the connection.
+func withFakePeer(t *testing.T, mod func(*Config)) (*Transport, net.Conn) {
+	t.Helper()
+	store := bootstrap.NewMemStore()
+	t.Cleanup(func() { store.Close() })
+	ctx := waitCtx(t)
+	cfg := Config{Rank: 0, Size: 2, Store: store, Token: testToken}
+	if mod != nil {
+		mod(&cfg)
+	}
+	type result struct {
+		tr  *Transport
+		err error
+	}
+	started := make(chan result, 1)
+	go func() {
+		tr, err := New(ctx, cfg)
+		started <- result{tr, err}
+	}()
+	fake, err := dialRaw(ctx, store, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fake.nc.Close() })
+	theirs, err := fake.join(testToken, hello{rank: 1, size: 2, conn: 0, connsPerPeer: 1})
+	if err != nil {
+		t.Fatalf("fake rank 1 could not join: %v", err)
+	}
+	if theirs.rank != 0 || theirs.size != 2 {
+		t.Fatalf("hello from rank 0: %+v", theirs)
+	}
+	res := <-started
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	t.Cleanup(func() { res.tr.Close() })
+	return res.tr, fake.nc
 }
