@@ -264,3 +264,42 @@ func TestIdlePeerLossNoticed(t *testing.T) {
 		t.Fatalf("pending receive from rank 1 after rank 2 died: %v, want ErrPeerLost naming rank 2", err)
 	}
 }
+
+// Closing a transport while a caller is reading its connection for a
+// receive ends that read: the receive fails with ErrClosed, Close returns
+// and no goroutine is left.
+func TestCloseWhileWaiterReads(t *testing.T) {
+	checkNoLeaks(t)
+	quietWatchdog(t)
+	j := startJob(t, 2, nil)
+	pingPong(t, j, 1, 3)
+	ctx := waitCtx(t)
+	r := j.ts[0].Recv(1, transport.Tag{Comm: 8, Seq: 1}, testDesc, make([]byte, 8))
+	waited := make(chan error, 1)
+	go func() { waited <- r.Wait(ctx) }()
+	c := j.ts[0].peers[1][0]
+	for { // until the waiter reads
+		c.rs.mu.Lock()
+		reading := c.rs.owner == ownerWaiter
+		c.rs.mu.Unlock()
+		if reading || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	closed := make(chan struct{})
+	go func() { j.ts[0].Close(); close(closed) }()
+	select {
+	case err := <-waited:
+		if !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("receive pending at Close: %v, want ErrClosed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a receive being read by its waiter never ended at Close")
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Close never returned")
+	}
+}
