@@ -18,12 +18,12 @@ import (
 // goroutine also wakes an idle thread to look for work (the runtime's
 // wakep). On a machine with few cores that thread takes CPU from the very
 // peer the next message comes from: over a plain socket, one such hand-off
-// per message took a 64 KiB round trip from 31-44 us to 84-131 us on the
-// 2-core development machine (docs/PERFORMANCE.md, "p2p"). So a goroutine
-// waiting for a receive
-// reads the socket itself when nobody else is, and the runtime's network
-// poller wakes exactly that goroutine when the data arrives, as it wakes
-// the caller of a plain net.Conn Read.
+// per message took the median 64 KiB round trip from 38 to 95 us on the
+// 2-core development machine (BenchmarkHandoffPingPong; docs/PERFORMANCE.md,
+// "p2p"). So a goroutine waiting for a receive reads the socket itself
+// when nobody else is, and the runtime's network poller wakes exactly that
+// goroutine when the data arrives, as it wakes the caller of a plain
+// net.Conn Read.
 //
 // The read side of a connection has one owner at a time: nobody, a
 // waiter, or the connection's background reader (readLoop), and only the
@@ -51,6 +51,9 @@ import (
 //     without looking at its receive and context: its reads carry a
 //     deadline, which it renews rarely (setting one arms a runtime timer,
 //     and arming a timer can itself wake an idle thread).
+
+// waiterTick bounds how long a waiter reads without looking at its
+// receive and context.
 const waiterTick = 20 * time.Millisecond
 
 type readOwner uint8
@@ -61,6 +64,7 @@ const (
 	ownerBackground
 )
 
+// readShare is the state of a connection's read side (see above).
 type readShare struct {
 	mu       sync.Mutex
 	owner    readOwner
