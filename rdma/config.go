@@ -59,7 +59,7 @@ type Config struct {
 	// thread is slow (virtual machines, emulation) this is most of a
 	// message's latency.
 	//
-	// On a software device (soft-RoCE rxe, soft-iWARP siw) the "NIC" is
+	// On a software device (soft-RoCE rxe, see softDevice) the "NIC" is
 	// the kernel running on the same CPUs, mostly in the context of the
 	// thread that posts a work request, and for one machine's ranks in
 	// the sender's context: a busy-polling waiter takes CPU from exactly
@@ -172,12 +172,12 @@ func (c *Config) setSpinDefaults(soft bool) {
 	}
 }
 
-// softDevice reports whether the RDMA device name is implemented in
-// software by the kernel (soft-RoCE, soft-iWARP): such a device has no bus
-// device of its own, only the network interface it runs on.
+// softDevice reports whether the RDMA device name is soft-RoCE (rxe), the
+// one software device rdmainfo tells apart: it has no bus device of its
+// own, only the network interface it runs on.
 func softDevice(name string) bool {
-	d, err := rdmainfo.Lookup(name)
-	return err == nil && (d.Driver == "rxe" || d.Driver == "siw")
+	d, err := rdmainfo.Driver(name)
+	return err == nil && d == "rxe"
 }
 
 func (c *Config) validate() error {

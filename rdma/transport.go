@@ -186,12 +186,11 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if soft := softDevice(ep.ctx.Name()); soft {
-		cfg.setSpinDefaults(true)
+	soft := softDevice(ep.ctx.Name())
+	cfg.setSpinDefaults(soft)
+	if soft {
 		cfg.Logf("rdma: rank %d: %s is a software device: waiters poll the completion queue for %v, the progress loop for %v",
 			cfg.Rank, ep.ctx.Name(), max(cfg.WaitSpin, 0), max(cfg.Spin, 0))
-	} else {
-		cfg.setSpinDefaults(false)
 	}
 	t := &Transport{
 		cfg: cfg, rank: cfg.Rank, size: cfg.Size, ep: ep,

@@ -52,7 +52,7 @@ jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --dist powerlaw --algo 
 jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --dist powerlaw --algo ssar-split --balanced
 
 echo "# low precision: q4 sparse and fp16/bf16 dense vs float32" >&2
-for round in 1 2 3; do # alternated: the ratio is noisy
+for _ in 1 2 3; do # alternated: the ratio is noisy
 	for q in none q4; do
 		jw -n 4 --op sparse-allreduce --sizes 16M --density 0.01 --quant $q
 	done
@@ -62,7 +62,7 @@ for q in none fp16 bf16; do
 done
 
 echo "# overlap: 4 allreduces in flight, compute = communication time" >&2
-for round in 1 2 3; do
+for _ in 1 2 3; do
 	j -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode sleep --iters 10
 	j -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode spin --iters 10
 done

@@ -124,6 +124,37 @@ func Lookup(name string) (Device, error) {
 	return Device{}, fmt.Errorf("%w: %q (found %s)", ErrNoDevice, name, names(ds))
 }
 
+// Driver returns what Lookup(name).Driver would, reading only the two
+// attributes it comes from rather than the whole device (its counters are
+// firmware queries on some NICs).
+func Driver(name string) (string, error) {
+	return scanner{root: DefaultSysfs}.driver(name)
+}
+
+func (s scanner) driver(name string) (string, error) {
+	dir := filepath.Join(s.classDir(), name)
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: %q", ErrNoDevice, name)
+		}
+		return "", fmt.Errorf("rdmainfo: %w", err)
+	}
+	return driverOf(dir), nil
+}
+
+// driverOf is the kernel driver of the bus device behind the RDMA device
+// directory dir, or "rxe" for a soft-RoCE device, which has no bus device
+// and whose "parent" names its netdev.
+func driverOf(dir string) string {
+	if link, err := os.Readlink(filepath.Join(dir, "device", "driver")); err == nil {
+		return filepath.Base(link)
+	}
+	if readString(filepath.Join(dir, "parent")) != "" {
+		return "rxe"
+	}
+	return ""
+}
+
 func names(ds []Device) string {
 	if len(ds) == 0 {
 		return "none"
@@ -176,12 +207,7 @@ func (s scanner) device(name string) (Device, error) {
 		HCAType:      readString(filepath.Join(dir, "hca_type")),
 		BoardID:      readString(filepath.Join(dir, "board_id")),
 	}
-	if link, err := os.Readlink(filepath.Join(dir, "device", "driver")); err == nil {
-		d.Driver = filepath.Base(link)
-	} else if parent := readString(filepath.Join(dir, "parent")); parent != "" {
-		// Soft-RoCE devices have no bus device; "parent" names the netdev.
-		d.Driver = "rxe"
-	}
+	d.Driver = driverOf(dir)
 
 	netdevs := map[string]bool{}
 	if parent := readString(filepath.Join(dir, "parent")); parent != "" {

@@ -259,6 +259,25 @@ func TestInfiniBandAndOrdering(t *testing.T) {
 	assert.Less(t, strings.Index(out, "mlx5_0"), strings.Index(out, "rxe0"))
 }
 
+// Driver reads only the driver attributes and agrees with the full scan.
+func TestDriver(t *testing.T) {
+	f := newFakeSysfs(t)
+	f.addRxe("rxe0", "eth1", "c0a8:0102")
+	f.addIB("mlx5_0")
+	f.write("class/infiniband/bare0/node_type", "1: CA\n")
+	ds, err := f.scan()
+	require.NoError(t, err)
+	require.Len(t, ds, 3)
+	for _, d := range ds {
+		drv, err := scanner{root: f.root}.driver(d.Name)
+		require.NoError(t, err)
+		assert.Equal(t, d.Driver, drv, d.Name)
+	}
+	assert.Equal(t, []string{"", "mlx5_core", "rxe"}, []string{ds[0].Driver, ds[1].Driver, ds[2].Driver})
+	_, err = scanner{root: f.root}.driver("mlx5_9")
+	assert.ErrorIs(t, err, ErrNoDevice)
+}
+
 func TestParseHelpers(t *testing.T) {
 	assert.Equal(t, "ACTIVE", stripCode("4: ACTIVE"))
 	assert.Equal(t, "LinkUp", stripCode("5: LinkUp"))

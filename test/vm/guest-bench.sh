@@ -108,13 +108,22 @@ if [ ! -x "$BIN" ]; then
 	exit $status
 fi
 
+# med(s): the median of the numbers in s, each after a space (" 3 1 2"), for
+# the tables' median of the rounds.
+AWK_MED='
+	function med(s,   a, n, i, j, t) {
+		n = split(substr(s, 2), a, " ")
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}'
+
 # The host may be shared and busy: each reference runs right next to its
 # counterpart, size by size, so that both see the same load.
 # csv columns: op,algo,algo_chosen,transport,np,n,dtype,bytes,time_us_min,
 # time_us_median,time_us_max,algbw_gbps,...
 echo
 echo "== p2p: ib_write_bw --tx-depth $WINDOW, then sparcml bench --op p2p --transport rdma --window $WINDOW, size by size ($REPEAT round(s))"
-for rep in $(seq 1 "$REPEAT"); do
+for _ in $(seq 1 "$REPEAT"); do
 	for size in "${SIZES[@]}"; do
 		perftest "$size"
 		csvrun "$out/p2p" "$BIN" bench -n 2 --op p2p --transport rdma --sizes $((size / 4)) --window "$WINDOW" \
@@ -123,12 +132,7 @@ for rep in $(seq 1 "$REPEAT"); do
 done
 echo
 echo "== p2p over rdma (--window $WINDOW) / ib_write_bw (--tx-depth $WINDOW), MiB/s (2^20 B/s), ours from the median window time; median of the rounds"
-awk -F, -v w="$WINDOW" '
-	function med(s,   a, n, i, j, t) {
-		n = split(substr(s, 2), a, " ")
-		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
+awk -F, -v w="$WINDOW" "$AWK_MED"'
 	FNR == NR { split($0, a, " "); pt[a[1]] = pt[a[1]] " " a[4]; next }
 	$1 == "p2p" {
 		msg = $8 / w
@@ -151,7 +155,7 @@ fi
 
 echo
 echo "== allreduce P=$RANKS over rdma, then over tcp, size by size ($REPEAT round(s))"
-for rep in $(seq 1 "$REPEAT"); do
+for _ in $(seq 1 "$REPEAT"); do
 	for size in "${SIZES[@]}"; do
 		csvrun "$out/ar-rdma" "$BIN" bench -n "$RANKS" --op allreduce --transport rdma --sizes $((size / 4)) --iters "$ITERS" --warmup 3 --check
 		csvrun "$out/ar-tcp" "$BIN" bench -n "$RANKS" --op allreduce --transport tcp --sizes $((size / 4)) --iters "$ITERS" --warmup 3 --check
@@ -159,12 +163,7 @@ for rep in $(seq 1 "$REPEAT"); do
 done
 echo
 echo "== allreduce P=$RANKS, median time over rdma / over tcp (median of the rounds' medians)"
-awk -F, '
-	function med(s,   a, n, i, j, t) {
-		n = split(substr(s, 2), a, " ")
-		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
+awk -F, "$AWK_MED"'
 	FNR == NR { if ($1 == "allreduce") tcp[$8] = tcp[$8] " " $10; next }
 	$1 == "allreduce" { rd[$8] = rd[$8] " " $10; if (!($8 in seen)) { seen[$8] = 1; order[++k] = $8 } }
 	END {

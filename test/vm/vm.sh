@@ -339,7 +339,10 @@ write_ctl() {
 	mkdir -p "$ctl"
 	cp "$VM_DIR/guest-init.sh" "$ctl/init"
 	chmod 0755 "$ctl/init"
-	local cwd=/ s
+	local cwd=/ s crc
+	# Not inside the printf below: there a die in $(...) would only end the
+	# subshell and leave VM_RXE_CRC empty; an assignment stops under set -e.
+	crc=$(pick_rxe_crc)
 	for s in "${SHARES[@]}"; do
 		case "$PWD/" in "$s"/*) cwd=$PWD ;; esac
 	done
@@ -349,7 +352,7 @@ write_ctl() {
 		printf 'VM_IP=%q\n' "$ip"
 		printf 'VM_PEER=%q\n' "$peer"
 		printf 'VM_MTU=%q\n' "$VM_MTU"
-		printf 'VM_RXE_CRC=%q\n' "$(pick_rxe_crc)"
+		printf 'VM_RXE_CRC=%q\n' "$crc"
 		printf 'VM_CWD=%q\n' "$cwd"
 		printf 'VM_SHARES=(%s)\n' "$(printf '%q ' "${SHARES[@]}")"
 		printf 'VM_INTERACTIVE=%q\n' "$VM_INTERACTIVE"
