@@ -10,18 +10,22 @@ import (
 // timeout. A context.WithTimeout per operation would arm a runtime timer
 // per operation, and arming a timer can wake an idle thread to re-plan
 // the network poller's sleep: on a 2-core machine that costs about as
-// much as a small message (measured with perf stat on `sparcml bench --op
-// p2p`: 1.5-2.5 context switches and 2-3 system calls per round trip).
-// So operations started close together with the same parent context
-// share one deadline context: a new one is made at most once per
-// deadlineSlack(timeout), with its deadline that much later, so that
-// every operation still gets at least the full timeout (and at most
-// timeout + slack). Shared contexts are never cancelled early (an
-// operation still uses it); they end by their deadline, or at Close.
+// much as a small message (docs/PERFORMANCE.md, "p2p": 6.2 against 4.7
+// context switches per round trip). So operations started close together
+// whose contexts are cancelled together (the same Done channel: the same
+// parent, or none) share one deadline context: a new one is made at most
+// once per deadlineSlack(timeout), with its deadline that much later, so
+// that every operation still gets at least the full timeout (and at most
+// timeout + slack). A shared context is never cancelled early (an
+// operation may still use it); it ends by its deadline, or at Close, so at
+// most (timeout + slack) / slack of them, about 65, are alive at once. An
+// operation whose parent differs from the current window's gets a context
+// of its own, released when it ends, as before. Operation contexts carry
+// cancellation only: nothing below reads their values.
 type sharedDeadlines struct {
 	mu         sync.Mutex
-	parent     context.Context
-	ctx        context.Context
+	key        <-chan struct{} // the Done channel of the window's parent
+	ctx        context.Context // nil: no window yet
 	reuseUntil time.Time
 	cancels    []timedCancel // of the shared contexts not yet expired
 }
@@ -31,20 +35,28 @@ type timedCancel struct {
 	deadline time.Time
 }
 
+// noRelease is the release of an operation using a shared context.
+var noRelease context.CancelFunc = func() {}
+
 // deadlineSlack is how much longer than the timeout an operation may get:
 // 1/64 of it, at most a second.
 func deadlineSlack(timeout time.Duration) time.Duration {
 	return min(timeout/64, time.Second)
 }
 
-// bound returns ctx bounded by timeout, sharing a context with recent
-// operations of the same parent when it can.
-func (s *sharedDeadlines) bound(ctx context.Context, timeout time.Duration) context.Context {
+// bound returns ctx bounded by timeout and what to call when the
+// operation ends: a context shared with recent operations of the same
+// parent when it can, one of its own otherwise.
+func (s *sharedDeadlines) bound(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	now := time.Now()
+	key := ctx.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctx != nil && s.parent == ctx && now.Before(s.reuseUntil) {
-		return s.ctx
+	if s.ctx != nil && now.Before(s.reuseUntil) {
+		if s.key == key {
+			return s.ctx, noRelease
+		}
+		return context.WithTimeout(ctx, timeout)
 	}
 	slack := deadlineSlack(timeout)
 	deadline := now.Add(timeout + slack)
@@ -59,8 +71,8 @@ func (s *sharedDeadlines) bound(ctx context.Context, timeout time.Duration) cont
 		}
 	}
 	s.cancels = append(keep, timedCancel{cancel, deadline})
-	s.parent, s.ctx, s.reuseUntil = ctx, shared, now.Add(slack)
-	return shared
+	s.key, s.ctx, s.reuseUntil = key, shared, now.Add(slack)
+	return shared, noRelease
 }
 
 // cancelAll ends every shared context (Close).
@@ -70,5 +82,5 @@ func (s *sharedDeadlines) cancelAll() {
 	for _, tc := range s.cancels {
 		tc.cancel()
 	}
-	s.cancels, s.parent, s.ctx = nil, nil, nil
+	s.cancels, s.key, s.ctx = nil, nil, nil
 }

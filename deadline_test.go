@@ -12,7 +12,9 @@ import (
 
 // Operations started close together share a deadline context; each gets
 // at least the whole timeout and at most the slack more; another parent
-// gets its own; a shared context ends with DeadlineExceeded, or at Close.
+// gets its own, which its release ends; a shared context ends with
+// DeadlineExceeded, or at Close. Parents are told apart by their Done
+// channel, so any context type works (none is compared).
 func TestSharedDeadlines(t *testing.T) {
 	const timeout = 640 * time.Millisecond // slack 10 ms
 	var s sharedDeadlines
@@ -20,23 +22,33 @@ func TestSharedDeadlines(t *testing.T) {
 	other, cancelOther := context.WithCancel(context.Background())
 	defer cancelOther()
 
-	a := s.bound(parent, timeout)
-	b := s.bound(parent, timeout)
+	a, releaseA := s.bound(parent, timeout)
+	b, _ := s.bound(uncomparableCtx{Context: parent}, timeout)
+	b2, _ := s.bound(uncomparableCtx{Context: parent}, timeout)
 	after := time.Now()
-	assert.True(t, a == b, "two operations in one slack interval must share a context")
+	assert.True(t, a == b && b == b2, "operations in one slack interval must share a context")
 	d, ok := a.Deadline()
 	require.True(t, ok)
 	assert.False(t, d.Before(after.Add(timeout)), "deadline %v leaves less than the timeout", d.Sub(after))
 	assert.False(t, d.After(after.Add(timeout+deadlineSlack(timeout))), "deadline %v beyond timeout + slack", d.Sub(after))
+	releaseA()
+	assert.NoError(t, a.Err(), "releasing one operation must not end the shared context")
 
-	c := s.bound(other, timeout)
+	c, releaseC := s.bound(other, timeout)
 	assert.True(t, c != a, "another parent must get its own context")
 	cancelOther()
 	<-c.Done()
-	assert.ErrorIs(t, c.Err(), context.Canceled, "the parent's cancellation reaches the shared context")
+	assert.ErrorIs(t, c.Err(), context.Canceled, "the parent's cancellation reaches the operation's context")
+	releaseC()
+
+	own, cancelOwn := context.WithCancel(context.Background())
+	defer cancelOwn()
+	f, releaseF := s.bound(own, timeout)
+	releaseF()
+	assert.ErrorIs(t, f.Err(), context.Canceled, "an operation's own context ends at its release")
 
 	time.Sleep(2 * deadlineSlack(timeout))
-	e := s.bound(parent, timeout)
+	e, _ := s.bound(parent, timeout)
 	assert.True(t, e != a, "after the slack a new context is made")
 	select {
 	case <-a.Done():
@@ -47,6 +59,12 @@ func TestSharedDeadlines(t *testing.T) {
 	assert.NoError(t, e.Err(), "the newer context must still be live")
 	s.cancelAll()
 	<-e.Done()
+}
+
+// uncomparableCtx is a context type that == panics on.
+type uncomparableCtx struct {
+	context.Context
+	_ []int
 }
 
 // The default timeout still fails an operation nobody completes.

@@ -82,7 +82,7 @@ func p2pDesc[T Float](n int) transport.Desc {
 // the error wrapping, when Wait or Test first sees the completion.
 func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
 	post func(op *collectives.Op) *transport.Request, check func(op *collectives.Op, data []byte) error) *Request {
-	op, err := c.p2pOp(ctx, kind, peer, send)
+	op, release, err := c.p2pOp(ctx, kind, peer, send)
 	if err != nil {
 		return failedRequest(kind, err)
 	}
@@ -95,6 +95,7 @@ func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
 	r := &Request{kind: kind, seq: op.Seq, tr: tr}
 	r.finish = func() error {
 		stop()
+		defer release()
 		data, err := op.WaitData(tr) // complete: returns at once
 		if err != nil || check == nil {
 			return err
@@ -107,12 +108,12 @@ func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
 // p2pOp checks the peer, numbers the message in its direction and bounds
 // ctx by the default timeout. The sequence number is taken here, in call
 // order, so messages between two ranks match in the order they started.
-func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*collectives.Op, error) {
+func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*collectives.Op, context.CancelFunc, error) {
 	if err := c.usable(kind); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if peer < 0 || peer >= c.Size() || peer == c.Rank() {
-		return nil, &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
+		return nil, nil, &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
 	}
 	c.p2pMu.Lock()
 	if c.p2pSeq == nil {
@@ -122,7 +123,8 @@ func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*co
 	c.p2pSeq[k]++
 	seq := c.p2pSeq[k]
 	c.p2pMu.Unlock()
-	return &collectives.Op{Ctx: c.bounded(ctx), T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}, nil
+	ctx, release := c.bounded(ctx)
+	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}, release, nil
 }
 
 type p2pKey struct {

@@ -46,7 +46,7 @@ func (r *Request) result() error {
 func (r *Request) Wait(ctx context.Context) error {
 	if r.tr != nil {
 		// The transport's Wait, so that a transport that progresses in
-		// the waiting goroutine (RDMA's completion polling) can.
+		// the waiting goroutine (TCP's reading, RDMA's polling) can.
 		if err := r.tr.Wait(ctx); err != nil {
 			if done, _ := r.tr.Test(); !done {
 				return fmt.Errorf("sparcml: waiting for %s seq %d: %w", r.kind, r.seq, ctx.Err())
@@ -151,7 +151,8 @@ func (c *Comm) run(ctx context.Context, kind string, fn opFunc, opts []CallOptio
 	if err := c.usable(kind); err != nil {
 		return err
 	}
-	op := c.nextOp(ctx)
+	op, release := c.nextOp(ctx)
+	defer release()
 	c.track(op.Seq)
 	_, err := fn(op, c.callConfig(opts))
 	c.untrack(op.Seq, err)
@@ -166,11 +167,12 @@ func (c *Comm) start(ctx context.Context, kind string, fn opFunc, opts []CallOpt
 	}
 	done := make(chan struct{})
 	r := &Request{kind: kind, done: done}
-	op := c.nextOp(ctx)
+	op, release := c.nextOp(ctx)
 	r.seq = op.Seq
 	cc := c.callConfig(opts)
 	c.track(op.Seq)
 	go func() {
+		defer release()
 		r.algo, r.err = fn(op, cc)
 		c.untrack(op.Seq, r.err)
 		close(done)

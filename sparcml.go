@@ -170,20 +170,21 @@ func (c *Comm) Close() error {
 const closeQuiesce = 30 * time.Second
 
 // nextOp assigns the next sequence number and returns the op with its
-// context bounded by the default timeout.
-func (c *Comm) nextOp(ctx context.Context) *collectives.Op {
+// context bounded by the default timeout, and what to call when it ends.
+func (c *Comm) nextOp(ctx context.Context) (*collectives.Op, context.CancelFunc) {
 	c.seqMu.Lock()
 	c.seq++
 	seq := c.seq
 	c.seqMu.Unlock()
-	return &collectives.Op{Ctx: c.bounded(ctx), T: c.t, Comm: c.id, Seq: seq, Pool: c.pool}
+	ctx, release := c.bounded(ctx)
+	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id, Seq: seq, Pool: c.pool}, release
 }
 
 // bounded returns ctx, bounded by the default timeout if it has no
-// deadline of its own.
-func (c *Comm) bounded(ctx context.Context) context.Context {
+// deadline of its own, and what to call when the operation ends.
+func (c *Comm) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, has := ctx.Deadline(); has || c.timeout <= 0 {
-		return ctx
+		return ctx, noRelease
 	}
 	return c.deadlines.bound(ctx, c.timeout)
 }
