@@ -227,8 +227,12 @@ func (c *conn) writeFailed(batch []*sendItem, err error) {
 // its turn (see readshare.go) until the connection ends.
 func (c *conn) readLoop() {
 	defer c.t.readers.Done()
-	for c.awaitTurn() {
-		if err := c.readInBackground(); err != nil {
+	for {
+		seen, ok := c.awaitTurn()
+		if !ok {
+			return
+		}
+		if err := c.readInBackground(seen); err != nil {
 			c.readEnded(err)
 			return
 		}

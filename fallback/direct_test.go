@@ -129,7 +129,7 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 			if tc.scatter {
 				fr.r.two = readTwoFrom(src)
 			}
-			if err := fr.run(); err != io.EOF {
+			if err := readAll(fr); err != io.EOF {
 				t.Fatalf("reader ended with %v, want EOF", err)
 			}
 			if mark != 1 {

@@ -143,7 +143,7 @@ func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter bool
 		gate:       openGate{},
 		onData:     func(n int) {},
 	}
-	err := fr.run()
+	err := readAll(fr)
 	if err == nil {
 		t.Fatal("reader returned no error at the end of its input")
 	}
@@ -154,4 +154,14 @@ func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter bool
 		t.Fatalf("received %d bytes, limit %d", len(posted.Data()), maxMessage)
 	}
 	m.Abort(errors.New("done"))
+}
+
+// readAll reads frames until an error, which it returns, as a connection's
+// readers do between them.
+func readAll(fr *frameReader) error {
+	for {
+		if err := fr.readFrame(true); err != nil {
+			return err
+		}
+	}
 }

@@ -80,13 +80,6 @@ func (b *inBuf) readDirect(p []byte) (int, error) {
 	return len(p), err
 }
 
-// ReadFull fills p, or returns io.EOF (nothing read), io.ErrUnexpectedEOF
-// (part read) or the source's error.
-func (b *inBuf) ReadFull(p []byte) error {
-	_, err := io.ReadFull(b, p)
-	return err
-}
-
 // Skip skips up to n bytes, at least one unless it fails, reading the
 // source only when nothing is buffered.
 func (b *inBuf) Skip(n int) (int, error) {

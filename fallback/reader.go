@@ -62,17 +62,6 @@ type frameReader struct {
 // out of it and the rest is read straight into the receive buffer.
 const readBufferSize = 8 << 10
 
-// run reads frames until an error, which it returns. After a goodbye
-// frame, the peer's closing shows up as the returned error with
-// sawGoodbye set.
-func (fr *frameReader) run() error {
-	for {
-		if err := fr.readFrame(true); err != nil {
-			return err
-		}
-	}
-}
-
 // betweenFrames reports whether the next byte read starts a frame.
 func (fr *frameReader) betweenFrames() bool { return !fr.inFrame && fr.hdrGot == 0 }
 
@@ -104,12 +93,7 @@ func (fr *frameReader) readFrame(block bool) error {
 
 func (fr *frameReader) readHeader() error {
 	fr.needBytes(headerSize - fr.hdrGot)
-	for fr.hdrGot < headerSize {
-		n, err := fr.r.Read(fr.hdr[fr.hdrGot:])
-		fr.hdrGot += n
-		if err == nil || fr.hdrGot == headerSize {
-			continue
-		}
+	if err := fr.readInto(fr.hdr[:], &fr.hdrGot, false); err != nil {
 		switch {
 		case isTimeout(err):
 			return err
@@ -138,15 +122,11 @@ func (fr *frameReader) readReason() error {
 	h := &fr.cur
 	reason := fr.reason[:h.length] // decodeHeader bounded it by maxReasonLen
 	fr.needBytes(len(reason) - fr.got)
-	for fr.got < len(reason) {
-		n, err := fr.r.Read(reason[fr.got:])
-		fr.got += n
-		if err != nil && fr.got < len(reason) {
-			if isTimeout(err) {
-				return err
-			}
-			return payloadError(h, err)
+	if err := fr.readInto(reason, &fr.got, false); err != nil {
+		if isTimeout(err) {
+			return err
 		}
+		return payloadError(h, err)
 	}
 	if h.kind == frameGoodbye {
 		fr.sawGoodbye, fr.byeReason = true, string(reason)
@@ -237,7 +217,7 @@ const (
 func (fr *frameReader) readPayload(dst []byte) error {
 	if fr.lowat == nil || len(dst)-fr.got-fr.r.Buffered() < lowatMin {
 		fr.needBytes(len(dst) - fr.got)
-		return fr.readTo(dst, 0)
+		return fr.readInto(dst, &fr.got, false)
 	}
 	for fr.got < len(dst) {
 		// Bytes already in the buffer are not in the socket: they
@@ -247,24 +227,28 @@ func (fr *frameReader) readPayload(dst []byte) error {
 			want = 1 // the tail: not worth a system call
 		}
 		fr.setMark(want)
-		if err := fr.readTo(dst, 1); err != nil {
+		if err := fr.readInto(dst, &fr.got, true); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// readTo reads dst[fr.got:] until it is full or, with reads > 0, for that
-// many successful reads, advancing fr.got.
-func (fr *frameReader) readTo(dst []byte, reads int) error {
-	for i := 0; fr.got < len(dst) && (reads == 0 || i < reads); i++ {
-		n, err := fr.r.Read(dst[fr.got:])
-		fr.got += n
-		if err != nil && fr.got < len(dst) {
+// readInto reads dst[*got:], advancing *got, until dst is full or, with
+// once, after one read. Its progress is in *got, so a read that fails (a
+// timeout, say) loses nothing; the error is the source's, unwrapped.
+func (fr *frameReader) readInto(dst []byte, got *int, once bool) error {
+	for *got < len(dst) {
+		n, err := fr.r.Read(dst[*got:])
+		*got += n
+		if err != nil && *got < len(dst) {
 			return err
 		}
 		if n == 0 && err == nil {
 			return io.ErrNoProgress
+		}
+		if once {
+			return nil
 		}
 	}
 	return nil

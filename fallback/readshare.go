@@ -68,8 +68,8 @@ const (
 type readShare struct {
 	mu       sync.Mutex
 	owner    readOwner
-	blocked  atomic.Int32  // waiters waiting for the read side to come free
-	blocks   atomic.Uint64 // how many times a waiter has blocked, ever
+	blocked  int           // waiters waiting for the read side to come free
+	blocks   atomic.Uint64 // how many times a waiter has blocked, ever (read unlocked)
 	freed    chan struct{} // closed when the read side comes free for the blocked
 	bgWanted bool          // the background reader should take the next turn
 	watched  []*transport.Request
@@ -87,7 +87,7 @@ func (rs *readShare) init() {
 // wakeBackgroundLocked lets the background reader run if it has reason to.
 func (c *conn) wakeBackgroundLocked() {
 	rs := &c.rs
-	if rs.owner != ownerNone || rs.blocked.Load() > 0 {
+	if rs.owner != ownerNone || rs.blocked > 0 {
 		return
 	}
 	if rs.ended || rs.bgWanted || c.watchingLocked() {
@@ -112,12 +112,17 @@ func (c *conn) release() {
 	rs := &c.rs
 	rs.mu.Lock()
 	rs.owner = ownerNone
+	rs.wakeBlockedLocked()
+	c.wakeBackgroundLocked()
+	rs.mu.Unlock()
+}
+
+// wakeBlockedLocked tells the blocked waiters the read side came free.
+func (rs *readShare) wakeBlockedLocked() {
 	if rs.freed != nil {
 		close(rs.freed)
 		rs.freed = nil
 	}
-	c.wakeBackgroundLocked()
-	rs.mu.Unlock()
 }
 
 // kickAndRelease frees the read side for the background reader (after
@@ -179,7 +184,7 @@ func (c *conn) waitRecv(ctx context.Context, done <-chan struct{}) error {
 				rs.freed = make(chan struct{})
 			}
 			freed = rs.freed
-			rs.blocked.Add(1)
+			rs.blocked++
 			rs.blocks.Add(1)
 		}
 		rs.mu.Unlock()
@@ -192,7 +197,7 @@ func (c *conn) waitRecv(ctx context.Context, done <-chan struct{}) error {
 		}
 		if freed != nil {
 			rs.mu.Lock()
-			rs.blocked.Add(-1)
+			rs.blocked--
 			c.wakeBackgroundLocked()
 			rs.mu.Unlock()
 		}
@@ -232,20 +237,10 @@ func (c *conn) readFor(ctx context.Context, done <-chan struct{}) error {
 			// unexpected ones, which only other operations can make:
 			// the background reader does that waiting, not this caller.
 			c.kickAndRelease()
-			select {
-			case <-done:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			return transport.AwaitDone(ctx, done)
 		default:
 			c.readEnded(err)
-			select {
-			case <-done:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			return transport.AwaitDone(ctx, done)
 		}
 	}
 }
@@ -271,46 +266,44 @@ func (c *conn) waitSend(ctx context.Context, done <-chan struct{}) error {
 	default:
 	}
 	c.nudge()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return transport.AwaitDone(ctx, done)
 }
 
 // awaitTurn blocks the background reader until it has reason to read and
-// the read side is free, and takes it; false means the read side ended.
-func (c *conn) awaitTurn() bool {
+// the read side is free, and takes it; ok false means the read side
+// ended. blocks is the count of blocked waiters when it took it (none
+// was blocked then).
+func (c *conn) awaitTurn() (blocks uint64, ok bool) {
 	rs := &c.rs
 	rs.mu.Lock()
-	for !rs.ended && (rs.owner != ownerNone || rs.blocked.Load() > 0 || !rs.bgWanted && !c.watchingLocked()) {
+	for !rs.ended && (rs.owner != ownerNone || rs.blocked > 0 || !rs.bgWanted && !c.watchingLocked()) {
 		rs.mu.Unlock()
 		<-rs.bgCh
 		rs.mu.Lock()
 	}
 	if rs.ended {
 		rs.mu.Unlock()
-		return false
+		return 0, false
 	}
 	rs.owner, rs.bgWanted = ownerBackground, false
+	blocks = rs.blocks.Load()
 	rs.mu.Unlock()
 	if !rs.deadline.IsZero() {
 		rs.deadline = time.Time{}
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
-	return true
+	return blocks, true
 }
 
 // readInBackground reads frames as the read side's owner until a waiter
-// has blocked on it (nil) or the connection fails (the error). It hands
-// over even if that waiter has meanwhile got its message (from this
-// reader): its next wait would block again, and one hand-off per message
-// is what the sharing is there to avoid.
-func (c *conn) readInBackground() error {
-	seen := c.rs.blocks.Load()
+// has blocked on it since it took it (seen: the count of blocks then), and
+// returns nil, or until the connection fails (the error). It hands over
+// even if that waiter has meanwhile got its message (from this reader):
+// its next wait would block again, and one hand-off per message is what
+// the sharing is there to avoid.
+func (c *conn) readInBackground(seen uint64) error {
 	for {
-		if c.fr.betweenFrames() && (c.rs.blocked.Load() > 0 || c.rs.blocks.Load() != seen) {
+		if c.fr.betweenFrames() && c.rs.blocks.Load() != seen {
 			c.release()
 			return nil
 		}
@@ -326,10 +319,7 @@ func (c *conn) markReadEnded() {
 	rs.mu.Lock()
 	rs.ended = true
 	rs.owner = ownerNone
-	if rs.freed != nil {
-		close(rs.freed)
-		rs.freed = nil
-	}
+	rs.wakeBlockedLocked()
 	select {
 	case rs.bgCh <- struct{}{}:
 	default:

@@ -50,7 +50,7 @@ func pingPong(t *testing.T, j *job, comm uint32, msgs int) {
 		// the background reader (which then hands over).
 		for {
 			c.rs.mu.Lock()
-			waiting := c.rs.owner == ownerWaiter || c.rs.blocked.Load() > 0
+			waiting := c.rs.owner == ownerWaiter || c.rs.blocked > 0
 			c.rs.mu.Unlock()
 			if waiting || ctx.Err() != nil {
 				break

@@ -176,7 +176,9 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 	}
 	req := t.m.Post(peer, tag, desc, buf)
 	if !req.Completed() {
-		// Set before anyone else sees req: only this goroutine has it.
+		// Set before the caller has req: Wait and Done, the only
+		// readers of these hooks, run in the caller's goroutines (a
+		// reader completing req meanwhile touches neither).
 		c := t.connFor(peer, tag)
 		req.SetWaiter(c.waitRecvF)
 		req.SetWatcher(c.watchF)

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -80,8 +81,14 @@ func (t *Transport) pollLocked(wcs []verbs.WorkCompletion) (int, error) {
 	return n, nil
 }
 
-// waitPoll is the poller of every request (transport.Request.SetPoller),
-// called by a goroutine about to wait for it. The first such goroutine
+// waitFor is the waiter of every request (transport.Request.SetWaiter):
+// it polls (waitPoll), then blocks.
+func (t *Transport) waitFor(ctx context.Context, done <-chan struct{}) error {
+	t.waitPoll(done)
+	return transport.AwaitDone(ctx, done)
+}
+
+// waitPoll is called by a goroutine about to wait for a request. The first such goroutine
 // busy-polls the completion queue itself until done is closed or
 // Config.WaitSpin has passed, handing its thread to other goroutines and
 // processes between polls (a completion for another request is handled

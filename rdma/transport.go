@@ -80,11 +80,12 @@ type Transport struct {
 
 	stop     atomic.Bool
 	done     chan struct{}
-	pollMu   sync.Mutex    // held while polling and handling completions
-	spinning atomic.Bool   // a waiter busy-polls (waitPoll)
-	sleepers atomic.Int32  // waiters sleeping on their request meanwhile
-	kick     chan struct{} // the polling waiter left (progress parks on it)
-	kaTimer  *time.Timer   // progress goroutine only
+	pollMu   sync.Mutex                                            // held while polling and handling completions
+	spinning atomic.Bool                                           // a waiter busy-polls (waitPoll)
+	sleepers atomic.Int32                                          // waiters sleeping on their request meanwhile
+	kick     chan struct{}                                         // the polling waiter left (progress parks on it)
+	waitF    func(ctx context.Context, done <-chan struct{}) error // t.waitFor, made once
+	kaTimer  *time.Timer                                           // progress goroutine only
 	byeOut   atomic.Int32
 	byeCh    chan struct{}
 	touched  []*peer // peers to repost receives or drain after a batch
@@ -210,6 +211,7 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		advs:       make(map[mkey]header),
 		sendTags:   make(map[mkey]uint32),
 	}
+	t.waitF = t.waitFor
 	if err := t.setup(ctx); err != nil {
 		close(t.done)
 		t.destroy()
@@ -382,7 +384,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 		n += len(b)
 	}
 	req := transport.NewRequest(peer, tag, true)
-	req.SetPoller(t.waitPoll)
+	req.SetWaiter(t.waitF)
 	p := t.peers[peer]
 	if n <= t.cfg.EagerLimit {
 		t.enqueue(p, &outMsg{hdr: header{Kind: kindData, Tag: tag, Desc: desc}, bufs: bufs, req: req})
@@ -436,7 +438,7 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 		return transport.Failed(peer, tag, false, err)
 	}
 	req := t.m.Post(peer, tag, desc, buf)
-	req.SetPoller(t.waitPoll)
+	req.SetWaiter(t.waitF)
 	if done, _ := req.Test(); done {
 		t.mu.Unlock()
 		return req

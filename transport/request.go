@@ -18,7 +18,6 @@ type Request struct {
 	done  chan struct{}
 	data  []byte
 	err   error
-	poll  func(done <-chan struct{})
 	wait  func(ctx context.Context, done <-chan struct{}) error
 	watch func(r *Request)
 }
@@ -47,20 +46,15 @@ func (r *Request) Complete(data []byte, err error) bool {
 	return first
 }
 
-// SetPoller lets the transport make progress in the goroutine that waits:
-// Wait calls poll(done) before it blocks. poll must return once done is
-// closed, and give up by itself after a bounded time (Wait then blocks as
-// usual). The RDMA transport busy-polls its completion queue there, so a
-// waiter that would otherwise sleep until another thread wakes it (costly
-// where wake-ups are slow) sees its completion at once. A transport calls
-// it before handing the request out.
-func (r *Request) SetPoller(poll func(done <-chan struct{})) { r.poll = poll }
-
-// SetWaiter replaces how Wait blocks: wait must return nil once done is
-// closed or ctx's error once ctx ends, whichever comes first. The TCP
-// transport reads the socket in the waiting goroutine there, so that the
-// data wakes the waiter directly instead of through a reader goroutine.
-// A transport calls it before handing the request out.
+// SetWaiter lets the transport make progress in the goroutine that waits:
+// Wait calls wait(ctx, done) instead of blocking itself, and wait must
+// return nil once done is closed or ctx's error once ctx ends, whichever
+// comes first (AwaitDone is the plain blocking part). The TCP transport
+// reads the socket there, so that the data wakes the waiter directly
+// instead of through a reader goroutine; the RDMA transport busy-polls
+// its completion queue for a while before it blocks, so that a waiter
+// sees its completion without another thread waking it (costly where
+// wake-ups are slow). A transport calls it before handing the request out.
 func (r *Request) SetWaiter(wait func(ctx context.Context, done <-chan struct{}) error) {
 	r.wait = wait
 }
@@ -79,8 +73,8 @@ func (r *Request) Done() <-chan struct{} {
 	return r.done
 }
 
-// Completed reports whether the request has completed. Unlike Done and
-// Test it is for transports: it never calls the watcher.
+// Completed reports whether the request has completed. Unlike Done it
+// never calls the watcher, so a transport can ask it under its own locks.
 func (r *Request) Completed() bool {
 	select {
 	case <-r.done:
@@ -108,21 +102,14 @@ func (r *Request) Wait(ctx context.Context) error {
 		return r.err
 	default:
 	}
-	if r.wait != nil {
-		if err := r.wait(ctx, r.done); err != nil && !r.Completed() {
-			return err
-		}
-		return r.err
+	wait := r.wait
+	if wait == nil {
+		wait = AwaitDone
 	}
-	if r.poll != nil {
-		r.poll(r.done)
+	if err := wait(ctx, r.done); err != nil && !r.Completed() {
+		return err
 	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return r.err
 }
 
 // Err returns the request's error once complete.
@@ -151,4 +138,14 @@ func (r *Request) String() string {
 		dir = "send to"
 	}
 	return fmt.Sprintf("%s rank %d (%v)", dir, r.Peer, r.Tag)
+}
+
+// AwaitDone blocks until done is closed (nil) or ctx ends (its error).
+func AwaitDone(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
