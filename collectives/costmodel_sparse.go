@@ -426,8 +426,7 @@ func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds
 				size[q], _ = w.msg(float64(n), n, 0, true)
 				mem[q] = w.mem(float64(n), n, size[q], true)
 				if !w.lossy() {
-					size[q] = float64(n * s) // raw blocks, no header
-					mem[q] = size[q]
+					size[q] = float64(n * s) // raw blocks, no header (denseRing takes no mem)
 				}
 				continue
 			}

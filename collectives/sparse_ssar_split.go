@@ -158,23 +158,19 @@ func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) erro
 func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) error {
 	for q, b := range blobs {
 		lo := c.bounds[q]
-		if q == c.rank && c.q == nil {
-			if out.Dense {
-				red.ToDense(out.Values[lo:c.bounds[q+1]])
-			} else {
-				spAppendRange(out, red, lo)
-			}
-			continue
-		}
 		var err error
 		switch {
-		case c.q != nil && q == c.rank:
+		case c.q == nil && q == c.rank && out.Dense:
+			red.ToDense(out.Values[lo:c.bounds[q+1]])
+		case c.q == nil && q == c.rank:
+			spAppendRange(out, red, lo)
+		case c.q == nil:
+			_, err = out.DecodeAt(b, lo)
+		case q == c.rank:
 			// Own bytes: the exact indices are red's.
 			_, err = out.DecodeQuantOwnAt(b, lo, c.q, red)
-		case c.q != nil:
-			_, err = out.DecodeQuantAt(b, lo, c.q)
 		default:
-			_, err = out.DecodeAt(b, lo)
+			_, err = out.DecodeQuantAt(b, lo, c.q)
 		}
 		if err != nil {
 			return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad range: %w", transport.ErrProtocol, q, err))
@@ -183,16 +179,10 @@ func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) err
 	return nil
 }
 
-// spAppendRange appends range vector v, which starts at index lo, to out
-// (dense out: v's values at the end; sparse out: v's entries shifted by lo,
-// a dense range contributing every position).
+// spAppendRange appends range vector v, which starts at index lo, to the
+// sparse vector out: v's entries shifted by lo, a dense range contributing
+// every position.
 func spAppendRange[T Float](out, v *sparse.Vector[T], lo int) {
-	if out.Dense {
-		n := len(out.Values)
-		out.Values = out.Values[:n+v.Dim]
-		v.ToDense(out.Values[n:])
-		return
-	}
 	if v.Dense {
 		for i, x := range v.Values {
 			out.Indices = append(out.Indices, uint32(lo+i))

@@ -54,21 +54,24 @@ func gradientLike(n int, seed uint64) []float32 {
 func BenchmarkEncode(b *testing.B) {
 	x := gradientLike(benchValues, 1)
 	for _, kind := range Kinds() {
-		b.Run(kind.String(), func(b *testing.B) {
-			c, err := New(kind, Options{Seed: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			buf := make([]byte, c.EncodedSize(len(x)))
-			t := startCPU(b, int64(4*len(x)))
-			for b.Loop() {
-				if _, err := c.Encode(buf, x); err != nil {
-					b.Fatal(err)
-				}
-			}
-			t.stop()
-		})
+		b.Run(kind.String(), func(b *testing.B) { benchEncode(b, kind, x) })
 	}
+}
+
+// benchEncode is the body of BenchmarkEncode for one kind.
+func benchEncode(b *testing.B, kind Kind, x []float32) {
+	c, err := New(kind, Options{Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, c.EncodedSize(len(x)))
+	t := startCPU(b, int64(4*len(x)))
+	for b.Loop() {
+		if _, err := c.Encode(buf, x); err != nil {
+			b.Fatal(err)
+		}
+	}
+	t.stop()
 }
 
 func benchmarkDecode(b *testing.B, add bool) {
@@ -152,20 +155,7 @@ func BenchmarkEncodeQ4Paths(b *testing.B) {
 	x := gradientLike(benchValues, 1)
 	for _, p := range append([]q4path{q4scalar}, quantize4Paths()...) {
 		b.Run(p.name, func(b *testing.B) {
-			withQuantize4Path(p, func() {
-				c, err := New(Q4, Options{Seed: 1})
-				if err != nil {
-					b.Fatal(err)
-				}
-				buf := make([]byte, c.EncodedSize(len(x)))
-				t := startCPU(b, int64(4*len(x)))
-				for b.Loop() {
-					if _, err := c.Encode(buf, x); err != nil {
-						b.Fatal(err)
-					}
-				}
-				t.stop()
-			})
+			withQuantize4Path(p, func() { benchEncode(b, Q4, x) })
 		})
 	}
 }

@@ -136,6 +136,7 @@ func FuzzDecodeIndices(f *testing.F) {
 			enc, _ := EncodeIndices(make([]byte, MaxIndicesSize(len(idx), m)), idx, m)
 			f.Add(enc, uint32(0))
 			f.Add(enc, uint32(4000))
+			f.Add(enc, uint32(math.MaxUint32)) // the offset form with the largest bound
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte, dim uint32) {
@@ -151,9 +152,10 @@ func FuzzDecodeIndices(f *testing.F) {
 		}
 		idx, err := DecodeIndices(make([]uint32, count), data, int(dim))
 		// The offset form accepts exactly the same streams and adds the
-		// offset to every index.
+		// offset to every index (an offset that keeps offset+dim within
+		// 2^32, which DecodeIndicesOffset requires).
 		if dim > 0 {
-			const offset = 1 << 20
+			offset := uint32(min(1<<20, 1<<32-uint64(dim)))
 			shifted, err2 := DecodeIndicesOffset(make([]uint32, count), data, int(dim), offset)
 			if (err == nil) != (err2 == nil) {
 				t.Fatalf("DecodeIndices error %v, DecodeIndicesOffset error %v", err, err2)

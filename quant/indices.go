@@ -170,9 +170,9 @@ var varintLens = [64]uint8{1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
 
 // indexStats computes in one pass over idx the sizes of both encodings of
 // idx[i] - base, and checks that idx strictly increases from base on.
-// Each gap is computed in 64 bits, so a pair that does not increase
-// leaves high bits set instead of wrapping to a plausible gap: one test
-// per block instead of a branch per index.
+// blockGaps computes each gap in 64 bits, so a pair that does not
+// increase leaves high bits set instead of wrapping to a plausible gap:
+// one test per block instead of a branch per index.
 func indexStats(idx []uint32, base uint32) (indexSizes, error) {
 	if uint64(len(idx)) > math.MaxUint32 {
 		return indexSizes{}, fmt.Errorf("quant: %d indices do not fit an index stream", len(idx))
@@ -185,18 +185,10 @@ func indexStats(idx []uint32, base uint32) (indexSizes, error) {
 		head += varintLen(idx[0] - base)
 	}
 	s := indexSizes{varint: head, bitpack: head}
+	var gaps [IndexBlockSize]uint32
 	for start := 1; start < len(idx); start += IndexBlockSize {
 		end := min(start+IndexBlockSize, len(idx))
-		blk := idx[start-1 : end]
-		prev := uint64(blk[0])
-		var or uint64
-		v := 0
-		for _, x := range blk[1:] {
-			g := uint64(x) - prev - 1
-			or |= g
-			v += int(varintLens[bits.Len32(uint32(g))&63])
-			prev = uint64(x)
-		}
+		or, v := blockGaps(gaps[:end-start], idx[start-1:end])
 		if or>>32 != 0 {
 			return indexSizes{}, checkIncreasing(idx)
 		}

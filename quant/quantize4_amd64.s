@@ -7,14 +7,18 @@
 // float32, n a positive multiple of 16, exactly as quantizePairs4 would;
 // maxAbsBitsAVX2 is bucketScale's maximum. Loads and stores are unaligned.
 
-// SplitMix64 constants: the increments 1..4 times gamma, and the two
-// multipliers split into 32-bit halves for VPMULUDQ (which multiplies the
-// low dwords of each quadword).
+// SplitMix64 constants: the increments 1..8 times gamma (the AVX2
+// kernel uses the first 4), and the two multipliers split into 32-bit
+// halves for VPMULUDQ (which multiplies the low dwords of each quadword).
 DATA q4gammas<>+0(SB)/8, $0x9e3779b97f4a7c15
 DATA q4gammas<>+8(SB)/8, $0x3c6ef372fe94f82a
 DATA q4gammas<>+16(SB)/8, $0xdaa66d2c7ddf743f
 DATA q4gammas<>+24(SB)/8, $0x78dde6e5fd29f054
-GLOBL q4gammas<>(SB), RODATA|NOPTR, $32
+DATA q4gammas<>+32(SB)/8, $0x1715609f7c746c69
+DATA q4gammas<>+40(SB)/8, $0xb54cda58fbbee87e
+DATA q4gammas<>+48(SB)/8, $0x538454127b096493
+DATA q4gammas<>+56(SB)/8, $0xf1bbcdcbfa53e0a8
+GLOBL q4gammas<>(SB), RODATA|NOPTR, $64
 
 DATA q4c1lo<>+0(SB)/8, $0x1ce4e5b9
 DATA q4c1lo<>+8(SB)/8, $0x1ce4e5b9
@@ -246,16 +250,6 @@ maxabs_reduce:
 // AVX-512 (F and DQ) version: 8 pairs per group, with VPMULLQ for the
 // generator's products and VCVTTPD2UQQ for the truncation, the signs in a
 // mask register and VPMOVQB to store the bytes.
-DATA q4gammas8<>+0(SB)/8, $0x9e3779b97f4a7c15
-DATA q4gammas8<>+8(SB)/8, $0x3c6ef372fe94f82a
-DATA q4gammas8<>+16(SB)/8, $0xdaa66d2c7ddf743f
-DATA q4gammas8<>+24(SB)/8, $0x78dde6e5fd29f054
-DATA q4gammas8<>+32(SB)/8, $0x1715609f7c746c69
-DATA q4gammas8<>+40(SB)/8, $0xb54cda58fbbee87e
-DATA q4gammas8<>+48(SB)/8, $0x538454127b096493
-DATA q4gammas8<>+56(SB)/8, $0xf1bbcdcbfa53e0a8
-GLOBL q4gammas8<>(SB), RODATA|NOPTR, $64
-
 DATA q4mul<>+0(SB)/8, $0xbf58476d1ce4e5b9
 DATA q4mul<>+8(SB)/8, $0x94d049bb133111eb
 GLOBL q4mul<>(SB), RODATA|NOPTR, $16
@@ -301,7 +295,7 @@ GLOBL q4lo32<>(SB), RODATA|NOPTR, $8
 #define Q4GROUP512(off, dst, R, X, XY, E, O, OY, T, K) \
 	VPSRLQ        $30, Z15, R; \
 	VPXORQ        Z15, R, R; \
-	VPADDQ.BCST   q4gammas8<>+56(SB), Z15, Z15; \
+	VPADDQ.BCST   q4gammas<>+56(SB), Z15, Z15; \
 	VPMULLQ       Z12, R, R; \
 	VPSRLQ        $27, R, T; \
 	VPXORQ        T, R, R; \
@@ -342,7 +336,7 @@ TEXT ·quantize4AVX512(SB), NOSPLIT, $0-40
 	JZ   q4z_done
 
 	VPBROADCASTQ state+32(FP), Z15
-	VPADDQ       q4gammas8<>(SB), Z15, Z15 // s + k*gamma, k = 1..8
+	VPADDQ       q4gammas<>(SB), Z15, Z15 // s + k*gamma, k = 1..8
 	VPBROADCASTQ q4mul<>+0(SB), Z12
 	VMOVDQU64    q4perm16<>(SB), Z10
 	VBROADCASTSD invStep+24(FP), Z13

@@ -493,17 +493,21 @@ func TestQuantize4MatchesWords(t *testing.T) {
 	c := &codec{kind: Q4}
 	require.NoError(t, c.initStochastic(Options{Seed: 9}))
 	x := gradientLike(1024, 4)
-	for _, n := range append([]int{1024}, func() []int {
-		var ns []int
-		for i := range 71 {
-			ns = append(ns, i)
-		}
-		return ns
-	}()...) {
+	var maxAbs float64
+	for _, v := range x {
+		maxAbs = max(maxAbs, math.Abs(float64(v)))
+	}
+	// The step of the bucket's own scale, so that the codes spread over
+	// every level (and past it, clamped, for the 10% too large step).
+	invStep := 7 / maxAbs * 1.1 * 0x1p32
+	lengths := []int{1024}
+	for n := range 71 {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
 		v := x[:n]
 		size := (n*4 + 7) / 8
 		a, b := make([]byte, size), make([]byte, size)
-		invStep := 7 / 2.5 * 0x1p32
 		c.rng.state = 77
 		quantize4(c, a, v, invStep)
 		s1 := c.rng.state

@@ -318,6 +318,24 @@ func (v *Vector[T]) DecodeQuant(b []byte, q *QuantCoder) error {
 // of disjoint quantized ranges does with each range. On error v's entries
 // from before the call are kept, and a dense v is not written.
 func (v *Vector[T]) DecodeQuantAt(b []byte, lo int, q *QuantCoder) (dim int, err error) {
+	return v.decodeQuantAt(b, lo, q, nil)
+}
+
+// DecodeQuantOwnAt is DecodeQuantAt for bytes this process encoded from
+// src (AppendEncodeQuant of src, or AppendEncodeRangeQuant of the range
+// src is a copy of): indices travel exactly, so they are copied from src,
+// shifted by lo, instead of being decoded; the values are decoded from b
+// as DecodeQuantAt decodes them. The result is that of DecodeQuantAt. If
+// b is not a sparse encoding of src's entries (the encoder sent src dense,
+// or src is not what b encodes), it is simply DecodeQuantAt.
+func (v *Vector[T]) DecodeQuantOwnAt(b []byte, lo int, q *QuantCoder, src *Vector[T]) (dim int, err error) {
+	return v.decodeQuantAt(b, lo, q, src)
+}
+
+// decodeQuantAt is DecodeQuantAt, and DecodeQuantOwnAt when own is not
+// nil: a sparse v then takes the indices of a sparse message from own
+// when its shape matches the header.
+func (v *Vector[T]) decodeQuantAt(b []byte, lo int, q *QuantCoder, own *Vector[T]) (int, error) {
 	h, err := parseQuant[T](b, q)
 	if err != nil {
 		return 0, err
@@ -358,52 +376,24 @@ func (v *Vector[T]) DecodeQuantAt(b []byte, lo int, q *QuantCoder) (dim int, err
 	v.Indices = growKeep(v.Indices, n+h.count)
 	v.Values = growKeep(v.Values, n+h.count)
 	out := v.Indices[n:]
-	if h.dense {
+	switch {
+	case h.dense:
 		for i := range out {
 			out[i] = uint32(lo + i)
 		}
-	} else if err := decodeQuantIndices(out, stream, h, uint32(lo)); err != nil {
-		v.Indices, v.Values = v.Indices[:n], v.Values[:n]
-		return 0, err
+	case own != nil && !own.Dense && own.Dim == h.dim && len(own.Indices) == h.count:
+		for i, x := range own.Indices {
+			out[i] = x + uint32(lo)
+		}
+	default:
+		if err := decodeQuantIndices(out, stream, h, uint32(lo)); err != nil {
+			v.Indices, v.Values = v.Indices[:n], v.Values[:n]
+			return 0, err
+		}
 	}
 	if err := decodeQuantValues(v.Values[n:], vals, q); err != nil {
 		v.Indices, v.Values = v.Indices[:n], v.Values[:n]
 		return 0, fmt.Errorf("%w: value stream: %w", ErrCorrupt, err)
-	}
-	return h.dim, nil
-}
-
-// DecodeQuantOwnAt is DecodeQuantAt for bytes this process encoded from
-// src (AppendEncodeQuant of src, or AppendEncodeRangeQuant of the range
-// src is a copy of): indices travel exactly, so they are copied from src,
-// shifted by lo, instead of being decoded; the values are decoded from b
-// as DecodeQuantAt decodes them. The result is that of DecodeQuantAt. If
-// b is not a sparse encoding of src's entries (the encoder sent src dense,
-// or src is not what b encodes), it is simply DecodeQuantAt.
-func (v *Vector[T]) DecodeQuantOwnAt(b []byte, lo int, q *QuantCoder, src *Vector[T]) (dim int, err error) {
-	h, err := parseQuant[T](b, q)
-	if err != nil {
-		return 0, err
-	}
-	if v.Dense || h.dense || src.Dense || h.dim != src.Dim || h.count != len(src.Indices) {
-		return v.DecodeQuantAt(b, lo, q)
-	}
-	if lo < 0 || lo+h.dim > v.Dim {
-		return 0, fmt.Errorf("%w: slice [%d,%d) outside dimension %d", ErrInvalid, lo, lo+h.dim, v.Dim)
-	}
-	n := len(v.Indices)
-	if n > 0 && int(v.Indices[n-1]) >= lo {
-		return 0, fmt.Errorf("%w: slice at %d after entry %d", ErrInvalid, lo, v.Indices[n-1])
-	}
-	v.Indices = growKeep(v.Indices, n+h.count)
-	v.Values = growKeep(v.Values, n+h.count)
-	if err := decodeQuantValues(v.Values[n:], b[QuantHeaderSize+h.idxBytes:], q); err != nil {
-		v.Indices, v.Values = v.Indices[:n], v.Values[:n]
-		return 0, fmt.Errorf("%w: value stream: %w", ErrCorrupt, err)
-	}
-	out, base := v.Indices[n:], uint32(lo)
-	for i, x := range src.Indices[:len(out)] {
-		out[i] = x + base
 	}
 	return h.dim, nil
 }
