@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -379,7 +380,9 @@ func median(xs []float64) float64 {
 // $SPARCML_CPUPROFILE.rank<R> when that variable is set, for finding where
 // a benchmark's time goes (go tool pprof bin/sparcml FILE), and where its
 // memory is allocated to $SPARCML_MEMPROFILE.rank<R> (go tool pprof
-// -sample_index=alloc_space).
+// -sample_index=alloc_space), and an execution trace, which shows every
+// goroutine and thread wake-up, to $SPARCML_TRACE.rank<R> (go tool trace;
+// the timed part of each iteration is a region, "sparcml" or "raw-tcp").
 func startCPUProfile(rank int) (stop func(), err error) {
 	if prefix := os.Getenv("SPARCML_MEMPROFILE"); prefix != "" {
 		return func() {
@@ -388,6 +391,17 @@ func startCPUProfile(rank int) (stop func(), err error) {
 				f.Close()
 			}
 		}, nil
+	}
+	if prefix := os.Getenv("SPARCML_TRACE"); prefix != "" {
+		f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, rank))
+		if err != nil {
+			return nil, err
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return func() { trace.Stop(); f.Close() }, nil
 	}
 	prefix := os.Getenv("SPARCML_CPUPROFILE")
 	if prefix == "" {

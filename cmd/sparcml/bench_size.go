@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,9 +45,11 @@ func benchSize[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *bench
 		if it == 0 {
 			before = c.Stats()
 		}
+		region := trace.StartRegion(ctx, "sparcml")
 		t0 := time.Now()
 		a, err := op.run(ctx)
 		d := time.Since(t0)
+		region.End()
 		if err != nil {
 			return nil, err
 		}
@@ -144,8 +147,11 @@ func (r *rawRun) iteration(ctx context.Context, c *sparcml.Comm, it int) error {
 	if err := c.Barrier(ctx); err != nil {
 		return err
 	}
+	region := trace.StartRegion(ctx, "raw-tcp")
 	t0 := time.Now()
-	if err := r.rp.transfer(r.buf); err != nil {
+	err := r.rp.transfer(r.buf)
+	region.End()
+	if err != nil {
 		return err
 	}
 	if it >= 0 {
