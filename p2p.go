@@ -18,28 +18,20 @@ const p2pCommBit = 1 << 31
 // Send sends data to peer, which must call Recv with the same length. It
 // runs in the caller's goroutine (no hand-off).
 func Send[T Float](ctx context.Context, c *Comm, data []T, peer int) error {
-	return c.startP2P(ctx, "send", peer, true, postSend(data, peer), nil).Wait(context.Background())
+	return StartSend(ctx, c, data, peer).Wait(context.Background())
 }
 
 // StartSend starts Send and returns at once; data must not change until
 // the request completes. Wait for it or Test it until it reports
 // completion: that is also what releases its deadline timer.
 func StartSend[T Float](ctx context.Context, c *Comm, data []T, peer int) *Request {
-	return c.startP2P(ctx, "send", peer, true, postSend(data, peer), nil)
-}
-
-func postSend[T Float](data []T, peer int) func(op *collectives.Op) *transport.Request {
-	return func(op *collectives.Op) *transport.Request {
-		op.Desc = p2pDesc[T](len(data))
-		return op.Send(peer, 0, collectives.AsBytes(data))
-	}
+	return c.startP2P(ctx, "send", peer, p2pDesc[T](len(data)), collectives.AsBytes(data), false)
 }
 
 // Recv receives into buf the message peer sent with Send; the lengths must
 // match. It runs in the caller's goroutine.
 func Recv[T Float](ctx context.Context, c *Comm, buf []T, peer int) error {
-	post, check := recvFns(buf, peer)
-	return c.startP2P(ctx, "recv", peer, false, post, check).Wait(context.Background())
+	return StartRecv(ctx, c, buf, peer).Wait(context.Background())
 }
 
 // StartRecv starts Recv and returns at once. buf holds the message once
@@ -47,30 +39,24 @@ func Recv[T Float](ctx context.Context, c *Comm, buf []T, peer int) error {
 // not enough in the rare case where the transport delivered elsewhere and
 // the copy is made by that first Wait or Test).
 func StartRecv[T Float](ctx context.Context, c *Comm, buf []T, peer int) *Request {
-	post, check := recvFns(buf, peer)
-	return c.startP2P(ctx, "recv", peer, false, post, check)
-}
-
-func recvFns[T Float](buf []T, peer int) (post func(op *collectives.Op) *transport.Request, check func(op *collectives.Op, data []byte) error) {
-	dst := collectives.AsBytes(buf)
-	post = func(op *collectives.Op) *transport.Request {
-		op.Desc = p2pDesc[T](len(buf))
-		return op.Recv(peer, 0, dst)
-	}
-	check = func(op *collectives.Op, data []byte) error {
-		if len(data) != len(dst) {
-			return op.Fail(fmt.Errorf("%w: received %d bytes, expected %d", ErrInvalid, len(data), len(dst)))
-		}
-		if len(data) > 0 && &data[0] != &dst[0] {
-			copy(dst, data)
-		}
-		return nil
-	}
-	return post, check
+	return c.startP2P(ctx, "recv", peer, p2pDesc[T](len(buf)), collectives.AsBytes(buf), true)
 }
 
 func p2pDesc[T Float](n int) transport.Desc {
 	return transport.Desc{Kind: transport.OpP2P, DType: uint8(collectives.DTypeOf[T]()), Count: uint64(n)}
+}
+
+// p2pState is the part of a Request only point-to-point requests use. It
+// lives in the Request so that a message costs one allocation here: on a
+// small message the allocations and the cache lines they touch are a fair
+// share of the time the library adds to a round trip (docs/PERFORMANCE.md,
+// "p2p").
+type p2pState struct {
+	op      collectives.Op
+	recv    bool
+	buf     []byte             // a receive's destination
+	stop    func() bool        // unregisters expire; nil when not registered
+	release context.CancelFunc // of the operation's deadline context
 }
 
 // startP2P posts a point-to-point transfer and returns a request that
@@ -78,42 +64,67 @@ func p2pDesc[T Float](n int) transport.Desc {
 // between the transport's completion and the waiter, which saves a
 // wake-up per message. The operation's deadline holds without anyone
 // waiting: if its context ends first, the transfer is failed on both
-// ranks. check, if not nil, validates a received payload; it runs, with
-// the error wrapping, when Wait or Test first sees the completion.
-func (c *Comm) startP2P(ctx context.Context, kind string, peer int, send bool,
-	post func(op *collectives.Op) *transport.Request, check func(op *collectives.Op, data []byte) error) *Request {
-	op, release, err := c.p2pOp(ctx, kind, peer, send)
-	if err != nil {
+// ranks. A receive's payload is checked when Wait or Test first sees the
+// completion.
+func (c *Comm) startP2P(ctx context.Context, kind string, peer int, desc transport.Desc, buf []byte, recv bool) *Request {
+	r := &Request{kind: kind}
+	p := &r.p2p
+	if err := c.p2pOp(ctx, p, kind, peer, !recv); err != nil {
 		return failedRequest(kind, err)
 	}
-	tr := post(op)
-	stop := context.AfterFunc(op.Ctx, func() {
-		if done, _ := tr.Test(); !done {
-			op.Fail(fmt.Errorf("%w while waiting for %s", op.Ctx.Err(), tr))
-		}
-	})
-	r := &Request{kind: kind, seq: op.Seq, tr: tr}
-	r.finish = func() error {
-		stop()
-		defer release()
-		data, err := op.WaitData(tr) // complete: returns at once
-		if err != nil || check == nil {
-			return err
-		}
-		return check(op, data)
+	p.op.Desc, p.recv = desc, recv
+	r.seq = p.op.Seq
+	if recv {
+		p.buf = buf
+		r.tr = p.op.Recv(peer, 0, buf)
+	} else {
+		r.tr = p.op.Send(peer, 0, buf)
+	}
+	// A send the socket took at once is complete: nothing left to expire.
+	if !r.tr.Completed() {
+		p.stop = context.AfterFunc(p.op.Ctx, r.expire)
 	}
 	return r
 }
 
-// p2pOp checks the peer, numbers the message in its direction and bounds
-// ctx by the default timeout. The sequence number is taken here, in call
-// order, so messages between two ranks match in the order they started.
-func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*collectives.Op, context.CancelFunc, error) {
+// expire fails a transfer whose context ended before it completed.
+func (r *Request) expire() {
+	if done, _ := r.tr.Test(); !done {
+		op := &r.p2p.op
+		op.Fail(fmt.Errorf("%w while waiting for %s", op.Ctx.Err(), r.tr))
+	}
+}
+
+// finishP2P computes the error of a completed point-to-point request.
+func (r *Request) finishP2P() error {
+	p := &r.p2p
+	if p.stop != nil {
+		p.stop()
+	}
+	defer p.release()
+	data, err := p.op.WaitData(r.tr) // complete: returns at once
+	if err != nil || !p.recv {
+		return err
+	}
+	if len(data) != len(p.buf) {
+		return p.op.Fail(fmt.Errorf("%w: received %d bytes, expected %d", ErrInvalid, len(data), len(p.buf)))
+	}
+	if len(data) > 0 && &data[0] != &p.buf[0] {
+		copy(p.buf, data)
+	}
+	return nil
+}
+
+// p2pOp checks the peer, numbers the message in its direction, bounds ctx
+// by the default timeout and fills in p's operation. The sequence number
+// is taken here, in call order, so messages between two ranks match in
+// the order they started.
+func (c *Comm) p2pOp(ctx context.Context, p *p2pState, kind string, peer int, send bool) error {
 	if err := c.usable(kind); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if peer < 0 || peer >= c.Size() || peer == c.Rank() {
-		return nil, nil, &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
+		return &Error{Rank: c.Rank(), Peer: peer, Op: kind, Err: fmt.Errorf("%w: peer %d must be another rank in [0,%d)", ErrInvalid, peer, c.Size())}
 	}
 	c.p2pMu.Lock()
 	if c.p2pSeq == nil {
@@ -124,7 +135,9 @@ func (c *Comm) p2pOp(ctx context.Context, kind string, peer int, send bool) (*co
 	seq := c.p2pSeq[k]
 	c.p2pMu.Unlock()
 	ctx, release := c.bounded(ctx)
-	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}, release, nil
+	p.op = collectives.Op{Ctx: ctx, T: c.t, Comm: c.id | p2pCommBit, Seq: seq, Pool: c.pool}
+	p.release = release
+	return nil
 }
 
 type p2pKey struct {

@@ -24,17 +24,17 @@ type Request struct {
 	sparse *SparseStats
 
 	// Point-to-point requests are the transport's own request tr (done
-	// is nil: Done asks tr); finish computes err once it has completed,
-	// once guards it.
-	tr     *transport.Request
-	finish func() error
-	once   sync.Once
+	// is nil: Done asks tr); finishP2P computes err once it has
+	// completed, once guards it.
+	tr   *transport.Request
+	p2p  p2pState
+	once sync.Once
 }
 
 // result is the operation's error once done is closed.
 func (r *Request) result() error {
-	if r.finish != nil {
-		r.once.Do(func() { r.err = r.finish() })
+	if r.tr != nil {
+		r.once.Do(func() { r.err = r.finishP2P() })
 	}
 	return r.err
 }

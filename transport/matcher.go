@@ -140,6 +140,12 @@ func (m *Matcher) Post(peer int, tag Tag, desc Desc, buf []byte) *Request {
 // miss it and leave both sides waiting. Returns ok false with the first
 // conflicting message's descriptor and sender. Called with m.mu held.
 func (m *Matcher) recordKind(tag Tag, desc Desc) (bad Desc, peer int, ok bool) {
+	if desc.Kind == OpP2P {
+		// Every message of a point-to-point operation is one send of
+		// one kind, checked by its descriptor alone: no record needed
+		// (saving a map insert and delete per message).
+		return Desc{}, 0, true
+	}
 	op := opKey{tag.Comm, tag.Seq}
 	if _, known := m.opKind[op]; known {
 		// Messages of this operation were checked by Claim as they
@@ -159,6 +165,17 @@ func (m *Matcher) recordKind(tag Tag, desc Desc) (bad Desc, peer int, ok bool) {
 		}
 	}
 	return Desc{}, 0, true
+}
+
+// kindOf returns the kind recordKind recorded for tag's operation; a
+// point-to-point message is not looked up (recordKind records none).
+// Called with m.mu held.
+func (m *Matcher) kindOf(tag Tag, desc Desc) (OpKind, bool) {
+	if desc.Kind == OpP2P {
+		return 0, false
+	}
+	kind, known := m.opKind[opKey{tag.Comm, tag.Seq}]
+	return kind, known
 }
 
 // failKindMismatch fails every posted receive of the operation a message
@@ -217,7 +234,7 @@ func (m *Matcher) claim(peer int, tag Tag, desc Desc, n int, block bool) (dst []
 		if _, ok := m.failed[opKey{tag.Comm, tag.Seq}]; ok {
 			return nil, func() {}, nil
 		}
-		if kind, known := m.opKind[opKey{tag.Comm, tag.Seq}]; known && !compatibleKinds(kind, desc.Kind) {
+		if kind, known := m.kindOf(tag, desc); known && !compatibleKinds(kind, desc.Kind) {
 			m.failKindMismatch(peer, tag, desc)
 			return nil, func() {}, nil
 		}

@@ -3,7 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 )
 
 // Request is one pending send or receive. Transports create it with
@@ -14,12 +14,12 @@ type Request struct {
 	Tag  Tag
 	Send bool
 
-	once  sync.Once
-	done  chan struct{}
-	data  []byte
-	err   error
-	wait  func(ctx context.Context, done <-chan struct{}) error
-	watch func(r *Request)
+	completing atomic.Bool // set by the first Complete
+	done       chan struct{}
+	data       []byte
+	err        error
+	wait       func(ctx context.Context, done <-chan struct{}) error
+	watch      func(r *Request)
 }
 
 // NewRequest returns a pending request.
@@ -37,13 +37,16 @@ func Failed(peer int, tag Tag, send bool, err error) *Request {
 // Complete finishes the request. Only the first call has an effect, so a
 // transport may race a completion against an abort safely.
 func (r *Request) Complete(data []byte, err error) bool {
-	first := false
-	r.once.Do(func() {
-		r.data, r.err = data, err
-		close(r.done)
-		first = true
-	})
-	return first
+	// A flag rather than a sync.Once: this is on the path of every
+	// message, and the Once's mutex costs more than the flag. Readers
+	// look at data and err only after done is closed, which the winner
+	// does after writing them.
+	if !r.completing.CompareAndSwap(false, true) {
+		return false
+	}
+	r.data, r.err = data, err
+	close(r.done)
+	return true
 }
 
 // SetWaiter lets the transport make progress in the goroutine that waits:
