@@ -5,9 +5,12 @@
 #
 # 1. perftest's ib_write_bw (server and client on rxe0, 64 KiB..4 MiB) with
 #    --tx-depth W, the reference for what soft-RoCE in this guest can do;
-# 2. sparcml bench --op p2p over RDMA, same sizes, --window W: the same
-#    method (W writes in flight; ours adds one acknowledgement per window,
-#    ib_write_bw streams without one), and the ratio to ib_write_bw;
+# 2. sparcml bench --op p2p over RDMA, same sizes, --window W: W writes in
+#    flight, as ib_write_bw -t W, but in bursts of W, each after a barrier
+#    and closed by an acknowledgement, where ib_write_bw streams 64 MiB; and
+#    the ratio to ib_write_bw. (That difference is not what separates them
+#    at 64 KiB: in one guest ours ran at the same 19-25 MiB/s with W = 16,
+#    64 and 256, while ib_write_bw -t W -n W ran at 41-59.)
 # 3. the dense allreduce bench over RDMA and over TCP, and their ratio.
 # Under TCG these numbers only compare with each other, in the same run.
 # perftest's MB/sec are MiB/s (2^20 bytes); the ratio tables use MiB/s.
@@ -54,34 +57,48 @@ echo "crc32 in the kernel: $(awk '/^name/ { n = $3 } /^driver/ { d = $3 } /^refc
 	/^$/ { if (n == "crc32") printf "%s (refcnt %s) ", d, r }' /proc/crypto)"
 
 # perftest SIZE: ib_write_bw at SIZE bytes with WINDOW writes outstanding;
-# its result line goes to $out/perftest.
+# its result line goes to $out/perftest. Under TCG ib_write_bw now and
+# then reports an average of 0.00 MB/s for a run that moved its data (9 of
+# 55 runs in one session's guests, at 1 MiB with -n 64 too, most when the
+# guest's CPUs were busy): such a sample is not a bandwidth, so it is
+# retried (up to 3 runs) and never enters the median, where it would drag
+# the reference, and the ratio, down.
 port=18515
 perftest() {
-	local size=$1 n spid
+	local size=$1 n spid attempt line
 	# About 64 MiB per size, at least 32 iterations (with very few, perftest
-	# under TCG now and then reports 0.00 MB/s).
+	# under TCG reports 0.00 MB/s more often).
 	n=$(((64 << 20) / size))
 	[ $n -lt 32 ] && n=32
-	port=$((port + 1))
-	ib_write_bw -d "$DEV" -x 1 -F -t "$WINDOW" -s "$size" -n "$n" -p "$port" >/tmp/perftest-server.log 2>&1 &
-	spid=$!
-	if ! wait_port "$port"; then
-		echo "ib_write_bw server did not start:"
-		cat /tmp/perftest-server.log
-		status=1
-		kill $spid 2>/dev/null
-		return
-	fi
-	echo "-- ib_write_bw -d $DEV -x 1 -F -t $WINDOW -s $size -n $n"
-	if timeout 120 ib_write_bw -d "$DEV" -x 1 -F -t "$WINDOW" -s "$size" -n "$n" -p "$port" "$IP" >/tmp/perftest-client.log 2>&1; then
+	for attempt in 1 2 3; do
+		port=$((port + 1))
+		ib_write_bw -d "$DEV" -x 1 -F -t "$WINDOW" -s "$size" -n "$n" -p "$port" >/tmp/perftest-server.log 2>&1 &
+		spid=$!
+		if ! wait_port "$port"; then
+			echo "ib_write_bw server did not start:"
+			cat /tmp/perftest-server.log
+			status=1
+			kill $spid 2>/dev/null
+			return
+		fi
+		echo "-- ib_write_bw -d $DEV -x 1 -F -t $WINDOW -s $size -n $n"
+		if ! timeout 120 ib_write_bw -d "$DEV" -x 1 -F -t "$WINDOW" -s "$size" -n "$n" -p "$port" "$IP" >/tmp/perftest-client.log 2>&1; then
+			echo "ib_write_bw -s $size failed:"
+			cat /tmp/perftest-client.log /tmp/perftest-server.log
+			status=1
+			wait $spid 2>/dev/null
+			return
+		fi
+		wait $spid 2>/dev/null
 		grep -E '#bytes|^[[:space:]]*[0-9]+[[:space:]]+[0-9]+' /tmp/perftest-client.log
-		grep -E '^[[:space:]]*[0-9]+[[:space:]]+[0-9]+' /tmp/perftest-client.log >>"$out/perftest"
-	else
-		echo "ib_write_bw -s $size failed:"
-		cat /tmp/perftest-client.log /tmp/perftest-server.log
-		status=1
-	fi
-	wait $spid 2>/dev/null
+		line=$(grep -E '^[[:space:]]*[0-9]+[[:space:]]+[0-9]+' /tmp/perftest-client.log)
+		# Columns: #bytes #iterations BW_peak BW_average MsgRate.
+		if [ -n "$line" ] && awk '{ exit !($4 + 0 > 0) }' <<<"$line"; then
+			echo "$line" >>"$out/perftest"
+			return
+		fi
+		echo "(no average above 0.00 MB/s: not a measurement, run $attempt of 3)"
+	done
 }
 
 # csvrun FILE CMD...: run a bench with --format csv, append its rows to FILE
