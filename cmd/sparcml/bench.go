@@ -21,6 +21,7 @@ import (
 // benchConfig is the parsed command line of `sparcml bench`.
 type benchConfig struct {
 	n         int
+	bindTo    string
 	op        string
 	sizes     []int
 	dtype     string
@@ -54,6 +55,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	cfg := &benchConfig{}
 	fs.IntVar(&cfg.n, "n", 0, "launch N local ranks (without -n: join the job described by the environment)")
+	fs.StringVar(&cfg.bindTo, "bind-to", "none", "with -n: core binds rank r to one CPU (as mpirun --bind-to core), none leaves placement to the kernel")
 	fs.StringVar(&cfg.op, "op", "allreduce", "operation: "+strings.Join(benchOps, "|"))
 	sizes := fs.String("sizes", "1K:16M", "element counts: MIN:MAX (doubling) or a comma list; K, M, G suffixes (x1024)")
 	fs.StringVar(&cfg.dtype, "dtype", "float32", "element type: float32|float64")
@@ -98,6 +100,9 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	}
 	if cfg.dtype != "float32" && cfg.dtype != "float64" {
 		return nil, usagef("unknown --dtype %q (want float32|float64)", cfg.dtype)
+	}
+	if _, err := parseBindTo(cfg.bindTo); err != nil {
+		return nil, err
 	}
 	if cfg.algo, err = collectives.ParseAlgo(cfg.algoName); err != nil {
 		return nil, usagef("--algo: %v", err)
@@ -254,9 +259,11 @@ func relaunch(cfg *benchConfig) error {
 	if os.Getenv("SPARCML_LOG") == "" {
 		env = append(env, "SPARCML_LOG=off")
 	}
+	bind, _ := parseBindTo(cfg.bindTo) // checked when parsing
 	return launch.Run(context.Background(), launch.Config{
 		N: cfg.n, Program: self, Args: append([]string{"bench"}, args...),
 		Env: env, Stdout: os.Stdout, Stderr: os.Stderr, Prefix: false,
+		BindCores: bind,
 	})
 }
 

@@ -36,6 +36,12 @@ type Config struct {
 	Grace time.Duration
 	// Timeout bounds the whole job (0: none).
 	Timeout time.Duration
+	// BindCores binds rank r to one CPU, the r-th (modulo their number)
+	// of those the launcher may run on, as mpirun --bind-to core does:
+	// the scheduler then never puts two busy ranks on one CPU while
+	// another idles, nor moves a rank away from its warm cache. Linux
+	// only.
+	BindCores bool
 }
 
 // RankError says which rank failed and how.
@@ -74,9 +80,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	j := &job{cfg: cfg, exited: make(chan rankExit, cfg.N)}
+	var cpus []int
+	if cfg.BindCores {
+		if cpus, err = allowedCPUs(); err != nil {
+			return err
+		}
+		fmt.Fprintf(cfg.Stderr, "sparcml run: binding %d ranks to CPUs %v, rank r to the r-th (modulo %d)\n", cfg.N, cpus, len(cpus))
+	}
 	var outMu sync.Mutex
-	for r := 0; r < cfg.N; r++ {
+	cmds := make([]*exec.Cmd, cfg.N)
+	for r := range cmds {
 		cmd := exec.Command(path, cfg.Args...)
 		cmd.Env = append(append([]string{}, env...),
 			"SPARCML_RANK="+strconv.Itoa(r), "SPARCML_LOCAL_RANK="+strconv.Itoa(r))
@@ -85,19 +98,37 @@ func Run(ctx context.Context, cfg Config) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Stdout = newPrefixWriter(cfg.Stdout, &outMu, r, cfg.Prefix)
 		cmd.Stderr = newPrefixWriter(cfg.Stderr, &outMu, r, cfg.Prefix)
-		if err := cmd.Start(); err != nil {
-			j.signalAll(syscall.SIGKILL)
-			return fmt.Errorf("launch: start rank %d: %w", r, err)
-		}
-		j.cmds = append(j.cmds, cmd)
-		go func(r int, cmd *exec.Cmd) {
+		cmds[r] = cmd
+	}
+	started, err := startAll(cmds, cpus)
+	j := &job{cfg: cfg, cmds: cmds[:started], exited: make(chan rankExit, cfg.N)}
+	if err != nil {
+		j.signalAll(syscall.SIGKILL)
+		return err
+	}
+	for r, cmd := range j.cmds {
+		go func() {
 			err := cmd.Wait()
 			flushWriter(cmd.Stdout)
 			flushWriter(cmd.Stderr)
 			j.exited <- rankExit{r, err}
-		}(r, cmd)
+		}()
 	}
 	return j.wait(ctx)
+}
+
+// startAll starts the ranks' commands, bound to cpus (startBound) unless
+// cpus is empty, and returns how many started.
+func startAll(cmds []*exec.Cmd, cpus []int) (int, error) {
+	if len(cpus) > 0 {
+		return startBound(cmds, cpus)
+	}
+	for r, cmd := range cmds {
+		if err := cmd.Start(); err != nil {
+			return r, fmt.Errorf("launch: start rank %d: %w", r, err)
+		}
+	}
+	return len(cmds), nil
 }
 
 type rankExit struct {
