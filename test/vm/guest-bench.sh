@@ -20,7 +20,9 @@
 # (outstanding messages, default 16), BENCH_P2P_W1=1 (also the p2p round
 # trip per message, --window 1), BENCH_REPEAT (rounds of the ib_write_bw/p2p
 # pairs and of the allreduce rdma/tcp pairs, default 1; the tables show the
-# median of the rounds, which is what to compare on a shared, noisy host).
+# median of the rounds, which is what to compare on a shared, noisy host),
+# BENCH_BIND (the --bind-to settings of the p2p runs, default "none core":
+# both, each with its own ratio; ib_write_bw does not care either way).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +34,7 @@ ITERS=${BENCH_ITERS:-20}
 RANKS=${BENCH_RANKS:-2}
 WINDOW=${BENCH_WINDOW:-16}
 REPEAT=${BENCH_REPEAT:-1}
+read -r -a BINDS <<<"${BENCH_BIND:-none core}"
 read -r -a SIZES <<<"${BENCH_SIZES_BYTES:-65536 262144 1048576 4194304}"
 # sparcml bench sizes are float32 element counts: bytes / 4.
 counts=""
@@ -143,13 +146,16 @@ echo "== p2p: ib_write_bw --tx-depth $WINDOW, then sparcml bench --op p2p --tran
 for _ in $(seq 1 "$REPEAT"); do
 	for size in "${SIZES[@]}"; do
 		perftest "$size"
-		csvrun "$out/p2p" "$BIN" bench -n 2 --op p2p --transport rdma --sizes $((size / 4)) --window "$WINDOW" \
-			--iters "$ITERS" --warmup 3 --check
+		for bind in "${BINDS[@]}"; do
+			csvrun "$out/p2p-$bind" "$BIN" bench -n 2 --bind-to "$bind" --op p2p --transport rdma --sizes $((size / 4)) \
+				--window "$WINDOW" --iters "$ITERS" --warmup 3 --check
+		done
 	done
 done
-echo
-echo "== p2p over rdma (--window $WINDOW) / ib_write_bw (--tx-depth $WINDOW), MiB/s (2^20 B/s), ours from the median window time; median of the rounds"
-awk -F, -v w="$WINDOW" "$AWK_MED"'
+for bind in "${BINDS[@]}"; do
+	echo
+	echo "== p2p over rdma (--window $WINDOW, --bind-to $bind) / ib_write_bw (--tx-depth $WINDOW), MiB/s (2^20 B/s), ours from the median window time; median of the rounds"
+	awk -F, -v w="$WINDOW" "$AWK_MED"'
 	FNR == NR { split($0, a, " "); pt[a[1]] = pt[a[1]] " " a[4]; next }
 	$1 == "p2p" {
 		msg = $8 / w
@@ -162,7 +168,8 @@ awk -F, -v w="$WINDOW" "$AWK_MED"'
 			m = order[i]; p = (m in pt) ? med(pt[m]) : 0; b = med(bw[m])
 			printf "%10d %14.2f %14.2f %7.2f\n", m, p, b, (p > 0 ? b / p : 0)
 		}
-	}' "$out/perftest" "$out/p2p"
+	}' "$out/perftest" "$out/p2p-$bind"
+done
 
 if [ "${BENCH_P2P_W1:-0}" = 1 ]; then
 	echo

@@ -58,9 +58,13 @@ test-rdma-2vm: vm-image $(VM_BENCH_DEPS)
 	$(VM_SH) run2 --link $(VM_2VM_LINK) -e VM_2VM_TEST="$$VM_2VM_TEST" \
 		-- test/vm/guest-2vm.sh -- test/vm/guest-2vm.sh
 
+# guest-bench.sh's knobs (BENCH_REPEAT=3 make bench-rdma, ...) reach the
+# guest only through -e: vm.sh passes on the caller's SPARCML_* alone.
+VM_BENCH_KNOBS := BENCH_ITERS BENCH_RANKS BENCH_SIZES_BYTES BENCH_WINDOW BENCH_P2P_W1 BENCH_REPEAT BENCH_BIND
+
 bench-rdma: vm-image $(VM_BENCH_DEPS)
 	@echo "== RDMA benchmarks in a soft-RoCE guest (TCG: compare only within this run) =="
-	$(VM_SH) run -- test/vm/guest-bench.sh
+	$(VM_SH) run $(foreach v,$(VM_BENCH_KNOBS),$(if $($(v)),-e '$(v)=$($(v))')) -- test/vm/guest-bench.sh
 
 vm-info:
 	@$(VM_SH) info
