@@ -400,27 +400,24 @@ func startCPUProfile(rank int) (stop func(), err error) {
 		}, nil
 	}
 	if prefix := os.Getenv("SPARCML_TRACE"); prefix != "" {
-		f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, rank))
-		if err != nil {
-			return nil, err
-		}
-		if err := trace.Start(f); err != nil {
-			f.Close()
-			return nil, err
-		}
-		return func() { trace.Stop(); f.Close() }, nil
+		return recordTo(prefix, rank, trace.Start, trace.Stop)
 	}
-	prefix := os.Getenv("SPARCML_CPUPROFILE")
-	if prefix == "" {
-		return func() {}, nil
+	if prefix := os.Getenv("SPARCML_CPUPROFILE"); prefix != "" {
+		return recordTo(prefix, rank, pprof.StartCPUProfile, pprof.StopCPUProfile)
 	}
+	return func() {}, nil
+}
+
+// recordTo starts a recording (a CPU profile, an execution trace) into
+// the file prefix.rank<R> and returns what stops it and closes the file.
+func recordTo(prefix string, rank int, start func(io.Writer) error, stop func()) (func(), error) {
 	f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, rank))
 	if err != nil {
 		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() { stop(); f.Close() }, nil
 }
