@@ -77,12 +77,11 @@ func runBenchChild(mode string) error {
 	}
 	switch mode {
 	case "raw":
-		nc, err := net.Dial("tcp", addr)
+		nc, err := dialParent(addr)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		nc.SetDeadline(time.Now().Add(5 * time.Minute))
 		if err := setBuffers(nc.(*net.TCPConn)); err != nil {
 			return err
 		}
@@ -94,12 +93,11 @@ func runBenchChild(mode string) error {
 		_, err = nc.Read(make([]byte, 1)) // wait until the parent has read everything
 		return err
 	case "pingpong":
-		nc, err := net.Dial("tcp", addr)
+		nc, err := dialParent(addr)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		nc.SetDeadline(time.Now().Add(5 * time.Minute))
 		ack := make([]byte, 1)
 		for range n {
 			if _, err := nc.Write(src); err != nil {
@@ -360,4 +358,15 @@ func BenchmarkHandoffPingPong(b *testing.B) {
 			}
 		})
 	}
+}
+
+// dialParent connects a plain socket to the parent's benchmark, with a
+// deadline so that a lost parent cannot leave the child hanging.
+func dialParent(addr string) (net.Conn, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	nc.SetDeadline(time.Now().Add(5 * time.Minute))
+	return nc, nil
 }

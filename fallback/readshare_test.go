@@ -21,6 +21,20 @@ func quietWatchdog(t *testing.T) {
 	t.Cleanup(func() { idleCheck = saved })
 }
 
+// awaitReadShare polls c's read-side state until cond holds or ctx ends
+// (the test then fails on its own deadline).
+func awaitReadShare(ctx context.Context, c *conn, cond func(rs *readShare) bool) {
+	for ctx.Err() == nil {
+		c.rs.mu.Lock()
+		ok := cond(&c.rs)
+		c.rs.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 // pingPong makes rank 0 receive msgs messages from rank 1 with Wait, each
 // posted before it is sent, so that afterwards rank 0's waiters read
 // their connection themselves and nobody reads it in between (the state
@@ -31,15 +45,7 @@ func pingPong(t *testing.T, j *job, comm uint32, msgs int) {
 	c := j.ts[0].peers[1][0]
 	// A new connection is read in the background first: let that turn
 	// begin, or it would come after the waiters.
-	for {
-		c.rs.mu.Lock()
-		pending := c.rs.bgWanted
-		c.rs.mu.Unlock()
-		if !pending || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	awaitReadShare(ctx, c, func(rs *readShare) bool { return !rs.bgWanted })
 	for i := range msgs {
 		tag := transport.Tag{Comm: comm, Seq: uint64(i)}
 		want := payload(1, 0, tag, 1000+i)
@@ -48,15 +54,7 @@ func pingPong(t *testing.T, j *job, comm uint32, msgs int) {
 		go func() { waited <- r.Wait(ctx) }()
 		// Send only once the waiter waits: reading, or blocked behind
 		// the background reader (which then hands over).
-		for {
-			c.rs.mu.Lock()
-			waiting := c.rs.owner == ownerWaiter || c.rs.blocked > 0
-			c.rs.mu.Unlock()
-			if waiting || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
+		awaitReadShare(ctx, c, func(rs *readShare) bool { return rs.owner == ownerWaiter || rs.blocked > 0 })
 		s := j.ts[1].Send(0, tag, testDesc, want)
 		if err := <-waited; err != nil {
 			t.Fatalf("message %d: %v", i, err)
@@ -278,15 +276,7 @@ func TestCloseWhileWaiterReads(t *testing.T) {
 	waited := make(chan error, 1)
 	go func() { waited <- r.Wait(ctx) }()
 	c := j.ts[0].peers[1][0]
-	for { // until the waiter reads
-		c.rs.mu.Lock()
-		reading := c.rs.owner == ownerWaiter
-		c.rs.mu.Unlock()
-		if reading || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	awaitReadShare(ctx, c, func(rs *readShare) bool { return rs.owner == ownerWaiter }) // until the waiter reads
 	closed := make(chan struct{})
 	go func() { j.ts[0].Close(); close(closed) }()
 	select {
