@@ -88,13 +88,13 @@ func (t *Transport) waitFor(ctx context.Context, done <-chan struct{}) error {
 	return transport.AwaitDone(ctx, done)
 }
 
-// waitPoll is called by a goroutine about to wait for a request. The first such goroutine
-// busy-polls the completion queue itself until done is closed or
-// Config.WaitSpin has passed, handing its thread to other goroutines and
-// processes between polls (a completion for another request is handled
-// all the same). While it does, the others sleep on done for at most
-// WaitSpin, counted in sleepers so that the progress loop keeps polling
-// for them when the poller leaves.
+// waitPoll is called by a goroutine about to wait for a request. The
+// first such goroutine busy-polls the completion queue itself until done
+// is closed or Config.WaitSpin has passed, handing its thread to other
+// goroutines and processes between polls (a completion for another
+// request is handled all the same). While it does, the others sleep on
+// done for at most WaitSpin, counted in sleepers so that the progress
+// loop keeps polling for them when the poller leaves.
 func (t *Transport) waitPoll(done <-chan struct{}) {
 	if t.cfg.WaitSpin <= 0 || t.stop.Load() {
 		return
