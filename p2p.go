@@ -55,6 +55,7 @@ type p2pState struct {
 	op      collectives.Op
 	recv    bool
 	buf     []byte             // a receive's destination
+	bufs    [1][]byte          // a send's payload, as the transport takes it (no slice to allocate)
 	stop    func() bool        // unregisters expire; nil when not registered
 	release context.CancelFunc // of the operation's deadline context
 }
@@ -78,7 +79,8 @@ func (c *Comm) startP2P(ctx context.Context, kind string, peer int, desc transpo
 		p.buf = buf
 		r.tr = p.op.Recv(peer, 0, buf)
 	} else {
-		r.tr = p.op.Send(peer, 0, buf)
+		p.bufs[0] = buf
+		r.tr = p.op.Send(peer, 0, p.bufs[:]...)
 	}
 	// A send the socket took at once is complete: nothing left to expire.
 	if !r.tr.Completed() {

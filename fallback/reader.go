@@ -48,12 +48,11 @@ type frameReader struct {
 
 	// The frame being read.
 	inFrame bool
-	hdrGot  int    // header bytes read (before inFrame)
-	cur     header // the decoded header (inFrame)
-	claimed bool   // data frame: the matcher has said where it goes
-	dst     []byte // ... into dst, or nowhere if nil
-	fin     func() // completes the message once read
-	got     int    // payload bytes read so far
+	hdrGot  int               // header bytes read (before inFrame)
+	cur     header            // the decoded header (inFrame)
+	claimed bool              // data frame: the matcher has said where it goes
+	claim   transport.Claimed // ... there (Dst), and what completes it
+	got     int               // payload bytes read so far
 }
 
 // readBufferSize is the size of the buffered reader in front of the
@@ -113,7 +112,7 @@ func (fr *frameReader) readHeader() error {
 		return protocolErrorf("%v frame after goodbye", h.kind)
 	}
 	fr.inFrame, fr.cur = true, h
-	fr.claimed, fr.dst, fr.fin, fr.got = false, nil, nil, 0
+	fr.claimed, fr.claim, fr.got = false, transport.Claimed{}, 0
 	return nil
 }
 
@@ -147,29 +146,30 @@ func (fr *frameReader) readData(block bool) error {
 		if !block {
 			claim = fr.m.TryClaim
 		}
-		dst, fin, err := claim(fr.peer, h.tag, h.desc, n)
+		c, err := claim(fr.peer, h.tag, h.desc, n)
 		if err != nil {
 			return err
 		}
-		fr.claimed, fr.dst, fr.fin = true, dst, fin
+		fr.claimed, fr.claim = true, c
 	}
-	if fr.dst == nil {
+	dst := fr.claim.Dst()
+	if dst == nil {
 		if err := fr.discard(n); err != nil {
 			return err
 		}
 		fr.onData(n)
-		fr.fin()
+		fr.claim.Finish()
 		return nil
 	}
 	if !fr.gate.enterFill() {
 		return errStopping
 	}
-	err := fr.readPayload(fr.dst)
+	err := fr.readPayload(dst)
 	if err == nil {
 		// Counted before the completion, so that a caller who has seen
 		// its receive complete also sees it in Stats.
 		fr.onData(n)
-		fr.fin()
+		fr.claim.Finish()
 	}
 	fr.gate.exitFill()
 	if err != nil && !isTimeout(err) {

@@ -475,12 +475,13 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 // it), the receive stays posted and nothing is offered.
 func (t *Transport) advertiseLocked(peer int, tag transport.Tag, desc transport.Desc, req *transport.Request, buf []byte) (*header, error) {
 	k := mkey{peer, tag}
-	dst, done, err := t.m.Claim(peer, tag, desc, len(buf))
+	c, err := t.m.Claim(peer, tag, desc, len(buf))
+	dst := c.Dst()
 	if err != nil || dst == nil {
 		t.posted[k] = postedRecv{req, buf}
 		return nil, nil
 	}
-	rr := &rndvRecv{peer: peer, n: len(dst), done: done}
+	rr := &rndvRecv{peer: peer, n: len(dst), done: c.Finish}
 	rr.handle, err = t.cache.Acquire(dst)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: registering a %d-byte receive buffer for rank %d: %w", len(dst), peer, err)
@@ -525,11 +526,12 @@ func (t *Transport) newRecvIDLocked() uint32 {
 // and returns the CTS to send. An error is fatal for the transport.
 func (t *Transport) claimLocked(peer int, rts header, posted []byte) (header, error) {
 	cts := header{Kind: kindCTS, Tag: rts.Tag, ID: rts.ID, Flags: ctsDiscard}
-	dst, done, err := t.m.Claim(peer, rts.Tag, rts.Desc, int(rts.Size))
+	c, err := t.m.Claim(peer, rts.Tag, rts.Desc, int(rts.Size))
+	dst := c.Dst()
 	if err != nil || dst == nil {
 		return cts, nil // failed operation, mismatch or failed transport: drop
 	}
-	rr := &rndvRecv{peer: peer, n: len(dst), done: done}
+	rr := &rndvRecv{peer: peer, n: len(dst), done: c.Finish}
 	var rkey uint32
 	if cap(posted) > 0 && unsafe.SliceData(posted) == unsafe.SliceData(dst) {
 		rr.handle, err = t.cache.Acquire(dst)

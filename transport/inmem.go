@@ -65,18 +65,18 @@ func (t *InMemory) Send(peer int, tag Tag, desc Desc, bufs ...[]byte) *Request {
 	for _, b := range bufs {
 		n += len(b)
 	}
-	dst, done, err := t.peers[peer].m.Claim(t.rank, tag, desc, n)
+	c, err := t.peers[peer].m.Claim(t.rank, tag, desc, n)
 	if err != nil {
 		// The receiver is gone; for the sender that is a lost peer.
 		return Failed(peer, tag, true, &PeerError{Peer: peer, Kind: ErrPeerLost, Err: err})
 	}
-	if dst != nil {
+	if dst := c.Dst(); dst != nil {
 		off := 0
 		for _, b := range bufs {
 			off += copy(dst[off:], b)
 		}
 	}
-	done()
+	c.Finish()
 	t.sent.Add(uint64(n))
 	t.msgsSent.Add(1)
 	t.peers[peer].recvd.Add(uint64(n))

@@ -18,7 +18,7 @@ type Matcher struct {
 
 	mu         sync.Mutex
 	space      *sync.Cond
-	posted     map[mkey]*posted
+	posted     map[mkey]posted
 	unexpected map[mkey]*message
 	unexpBytes map[int]int64
 	claimed    map[*Request]struct{}
@@ -62,7 +62,7 @@ func NewMatcher(rank int, limit int64) *Matcher {
 	m := &Matcher{
 		rank:       rank,
 		limit:      limit,
-		posted:     make(map[mkey]*posted),
+		posted:     make(map[mkey]posted),
 		unexpected: make(map[mkey]*message),
 		unexpBytes: make(map[int]int64),
 		claimed:    make(map[*Request]struct{}),
@@ -125,7 +125,7 @@ func (m *Matcher) Post(peer int, tag Tag, desc Desc, buf []byte) *Request {
 			Err: errorf(ErrInvalid, "a receive with this tag is already posted")})
 		return req
 	}
-	m.posted[k] = &posted{req: req, desc: desc, buf: buf}
+	m.posted[k] = posted{req: req, desc: desc, buf: buf}
 	// A reader may be blocked in Claim on the budget while holding the
 	// header of exactly this message: wake it so it can deliver.
 	m.space.Broadcast()
@@ -203,12 +203,38 @@ func (m *Matcher) mismatch(peer int, tag Tag, local, remote Desc) error {
 	return &MismatchError{Tag: tag, Local: local, Peer: peer, Remote: remote, Rank: m.rank}
 }
 
+// Claimed is where the payload of a message goes and how it completes,
+// as Claim decided: a value, so that delivering a message allocates no
+// closure.
+type Claimed struct {
+	m     *Matcher
+	dst   []byte
+	req   *Request // a posted receive it completes
+	unexp bool     // or an unexpected message, filed under k
+	k     mkey
+	desc  Desc
+}
+
+// Dst is where to read the payload; nil means read and discard it
+// (unless the payload is empty).
+func (c *Claimed) Dst() []byte { return c.dst }
+
+// Finish completes the message once its payload is in Dst (or skipped).
+func (c *Claimed) Finish() {
+	switch {
+	case c.req != nil:
+		c.m.finishClaim(c.req, c.dst)
+	case c.unexp:
+		c.m.finishUnexpected(c.k, c.desc, c.dst)
+	}
+}
+
 // Claim is called by a transport when the header of a message of n payload
-// bytes from peer has arrived. It returns where to read the payload (nil:
-// read and discard it) and a function to call once it has been read. It
-// blocks while the peer's unexpected budget is exhausted, and returns the
-// matcher's error once it has failed.
-func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (dst []byte, done func(), err error) {
+// bytes from peer has arrived. It returns where to read the payload and,
+// through Finish, how to complete the message once read. It blocks while
+// the peer's unexpected budget is exhausted, and returns the matcher's
+// error once it has failed.
+func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (Claimed, error) {
 	return m.claim(peer, tag, desc, n, true)
 }
 
@@ -216,53 +242,52 @@ func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (dst []byte, done f
 // peer's unexpected budget it returns ErrNoBudget, and the message stays
 // unclaimed. It is for a caller that reads on its own behalf and must not
 // wait for other operations (see the TCP transport).
-func (m *Matcher) TryClaim(peer int, tag Tag, desc Desc, n int) (dst []byte, done func(), err error) {
+func (m *Matcher) TryClaim(peer int, tag Tag, desc Desc, n int) (Claimed, error) {
 	return m.claim(peer, tag, desc, n, false)
 }
 
 // ErrNoBudget is TryClaim's answer when the unexpected budget is full.
 var ErrNoBudget = errors.New("unexpected-message budget exhausted")
 
-func (m *Matcher) claim(peer int, tag Tag, desc Desc, n int, block bool) (dst []byte, done func(), err error) {
+func (m *Matcher) claim(peer int, tag Tag, desc Desc, n int, block bool) (Claimed, error) {
 	k := mkey{peer, tag}
+	discard := Claimed{m: m}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for {
 		if m.err != nil {
-			return nil, nil, m.err
+			return Claimed{}, m.err
 		}
 		if _, ok := m.failed[opKey{tag.Comm, tag.Seq}]; ok {
-			return nil, func() {}, nil
+			return discard, nil
 		}
 		if kind, known := m.kindOf(tag, desc); known && !compatibleKinds(kind, desc.Kind) {
 			m.failKindMismatch(peer, tag, desc)
-			return nil, func() {}, nil
+			return discard, nil
 		}
 		if p, ok := m.posted[k]; ok {
 			delete(m.posted, k)
 			if p.desc != desc {
 				p.req.Complete(nil, m.mismatch(peer, tag, p.desc, desc))
-				return nil, func() {}, nil
+				return discard, nil
 			}
 			buf := p.buf
 			if cap(buf) < n {
 				buf = make([]byte, n)
 			}
-			buf = buf[:n]
 			m.claimed[p.req] = struct{}{}
-			return buf, func() { m.finishClaim(p.req, buf) }, nil
+			return Claimed{m: m, dst: buf[:n], req: p.req}, nil
 		}
 		if _, dup := m.unexpected[k]; dup {
-			return nil, nil, errorf(ErrProtocol, "rank %d sent two messages with %v", peer, tag)
+			return Claimed{}, errorf(ErrProtocol, "rank %d sent two messages with %v", peer, tag)
 		}
 		used := m.unexpBytes[peer]
 		if m.limit == 0 || used == 0 || used+int64(n) <= m.limit {
 			m.unexpBytes[peer] = used + int64(n)
-			buf := GetBuf(n)
-			return buf, func() { m.finishUnexpected(k, desc, buf) }, nil
+			return Claimed{m: m, dst: GetBuf(n), unexp: true, k: k, desc: desc}, nil
 		}
 		if !block {
-			return nil, nil, ErrNoBudget
+			return Claimed{}, ErrNoBudget
 		}
 		m.space.Wait()
 	}
@@ -315,12 +340,12 @@ func (m *Matcher) finishUnexpected(k mkey, desc Desc, buf []byte) {
 // Deliver files a whole message whose payload is already in memory (for
 // transports that receive into their own buffers). data is copied.
 func (m *Matcher) Deliver(peer int, tag Tag, desc Desc, data []byte) error {
-	dst, done, err := m.Claim(peer, tag, desc, len(data))
+	c, err := m.Claim(peer, tag, desc, len(data))
 	if err != nil {
 		return err
 	}
-	copy(dst, data)
-	done()
+	copy(c.Dst(), data)
+	c.Finish()
 	return nil
 }
 

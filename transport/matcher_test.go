@@ -28,12 +28,12 @@ func wait(t *testing.T, r *Request) error {
 // destination.
 func deliver(t *testing.T, m *Matcher, peer int, tag Tag, d Desc, payload []byte) {
 	t.Helper()
-	dst, done, err := m.Claim(peer, tag, d, len(payload))
+	c, err := m.Claim(peer, tag, d, len(payload))
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	copy(dst, payload)
-	done()
+	copy(c.Dst(), payload)
+	c.Finish()
 }
 
 func TestPostedBeforeArrivalLandsInBuffer(t *testing.T) {
@@ -115,11 +115,11 @@ func TestFailOpFailsOnlyThatOperation(t *testing.T) {
 		t.Fatalf("later receive of the failed op: %v", err)
 	}
 	// A late message of the failed op is discarded, not kept.
-	dst, done, err := m.Claim(1, tagOf(5, 2), desc, 4)
-	if err != nil || dst != nil {
-		t.Fatalf("late message of a failed op: dst %v, %v", dst, err)
+	c, err := m.Claim(1, tagOf(5, 2), desc, 4)
+	if err != nil || c.Dst() != nil {
+		t.Fatalf("late message of a failed op: dst %v, %v", c.Dst(), err)
 	}
-	done()
+	c.Finish()
 	deliver(t, m, 1, tagOf(6, 0), desc, []byte("ok"))
 	if err := wait(t, bystander); err != nil || string(bystander.Data()) != "ok" {
 		t.Fatalf("other operation: %q, %v", bystander.Data(), err)
@@ -163,7 +163,7 @@ func TestAbortIsSticky(t *testing.T) {
 	if err := wait(t, m.Post(2, tagOf(2, 0), desc, nil)); !errors.Is(err, cause) {
 		t.Fatalf("later: %v", err)
 	}
-	if _, _, err := m.Claim(1, tagOf(3, 0), desc, 1); !errors.Is(err, cause) {
+	if _, err := m.Claim(1, tagOf(3, 0), desc, 1); !errors.Is(err, cause) {
 		t.Fatalf("claim after abort: %v", err)
 	}
 }
@@ -175,7 +175,7 @@ func TestDuplicateTags(t *testing.T) {
 		t.Fatalf("second receive with one tag: %v", err)
 	}
 	deliver(t, m, 2, tagOf(1, 0), desc, nil)
-	if _, _, err := m.Claim(2, tagOf(1, 0), desc, 0); !errors.Is(err, ErrProtocol) {
+	if _, err := m.Claim(2, tagOf(1, 0), desc, 0); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("second message with one tag: %v", err)
 	}
 }
