@@ -3,6 +3,7 @@ package fallback
 import (
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/sparcml/sparcml/bootstrap"
@@ -15,6 +16,11 @@ const (
 	DefaultUnexpectedLimit = 64 << 20
 	DefaultMaxMessage      = 1 << 34
 	DefaultPeerTimeout     = 30 * time.Second
+
+	// CongestionAuto and CongestionSystem are the two policies of
+	// Config.Congestion that name no algorithm.
+	CongestionAuto   = "auto"
+	CongestionSystem = "system"
 
 	// maxConnsPerPeer bounds ConnsPerPeer: more connections than this
 	// only add file descriptors and goroutines.
@@ -46,6 +52,22 @@ type Config struct {
 	// maximum: measured on loopback, a fixed 4 MiB (the usual rmem_max)
 	// costs large messages a quarter of their bandwidth against it.
 	SocketBuffer int
+	// Congestion chooses the TCP congestion control of the connections;
+	// empty means $SPARCML_TCP_CONGESTION, and that unset means "auto".
+	// "auto": a connection between two addresses of this host whose
+	// kernel default paces its sends (bbr) uses cubic instead (reno if
+	// cubic is not there); every other connection keeps the kernel's
+	// choice. Without an fq qdisc, a pacing algorithm sends the rest of a
+	// large message from a timer, and on a busy host that timer fires
+	// late: on the 2-core development VM, 64 KiB to 256 KiB round trips
+	// over loopback took 2-3x longer in about half of the runs with bbr
+	// and in none with cubic (docs/PERFORMANCE.md, "p2p"). Pacing spares
+	// a network's queues, which a loopback connection does not have.
+	// "system" keeps the kernel's choice everywhere. Any other value is
+	// the algorithm every connection must use (see
+	// net.ipv4.tcp_available_congestion_control; an unprivileged process
+	// may choose only from tcp_allowed_congestion_control).
+	Congestion string
 	// UnexpectedLimit is the per-peer budget of bytes of messages that
 	// arrived before their receive was posted (default 64 MiB). When it
 	// is exhausted the reader stops reading that peer until receives are
@@ -91,6 +113,15 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.SocketBuffer < 0 {
 		return invalid("negative SocketBuffer %d", cfg.SocketBuffer)
+	}
+	if cfg.Congestion == "" {
+		cfg.Congestion = os.Getenv("SPARCML_TCP_CONGESTION")
+	}
+	if cfg.Congestion == "" {
+		cfg.Congestion = CongestionAuto
+	}
+	if !validCongestion(cfg.Congestion) {
+		return invalid("congestion control %q is not an algorithm's name (or auto, system)", cfg.Congestion)
 	}
 	if cfg.UnexpectedLimit == 0 {
 		cfg.UnexpectedLimit = DefaultUnexpectedLimit

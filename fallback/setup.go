@@ -26,6 +26,8 @@ func addrKey(rank int) string { return "tcp/addr/" + strconv.Itoa(rank) }
 type mesh struct {
 	cfg *Config
 
+	congestionSaid sync.Once // logged the auto congestion switch
+
 	mu       sync.Mutex
 	slots    [][]*net.TCPConn // slots[peer][index]
 	missing  int              // accepted slots still empty
@@ -127,7 +129,7 @@ func (m *mesh) acceptOne(ctx context.Context, nc *net.TCPConn) error {
 	cfg := m.cfg
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
-	if err := tuneConn(nc, cfg); err != nil {
+	if err := m.tuneConn(nc); err != nil {
 		return err
 	}
 	deadline := handshakeDeadline(ctx)
@@ -200,7 +202,7 @@ func (m *mesh) dialOne(ctx context.Context, peer, index int, addr string) (*net.
 			nc.Close()
 		}
 	}()
-	if err := tuneConn(nc, cfg); err != nil {
+	if err := m.tuneConn(nc); err != nil {
 		return nil, err
 	}
 	deadline := handshakeDeadline(ctx)
@@ -321,9 +323,11 @@ func readHello(nc net.Conn, deadline time.Time) (hello, error) {
 }
 
 // tuneConn sets the options of an established connection: no Nagle delay
-// (small control messages must not wait), socket buffers, and keepalive
-// probes that declare a silent peer lost within about PeerTimeout.
-func tuneConn(nc *net.TCPConn, cfg *Config) error {
+// (small control messages must not wait), socket buffers, keepalive
+// probes that declare a silent peer lost within about PeerTimeout, and
+// the congestion control (Config.Congestion).
+func (m *mesh) tuneConn(nc *net.TCPConn) error {
+	cfg := m.cfg
 	if err := nc.SetNoDelay(true); err != nil {
 		return fmt.Errorf("set TCP_NODELAY: %w", err)
 	}
@@ -338,6 +342,16 @@ func tuneConn(nc *net.TCPConn, cfg *Config) error {
 	ka := net.KeepAliveConfig{Enable: true, Idle: cfg.PeerTimeout / 2, Interval: cfg.PeerTimeout / 6, Count: 3}
 	if err := nc.SetKeepAliveConfig(ka); err != nil {
 		return fmt.Errorf("set keepalive: %w", err)
+	}
+	from, to, err := setCongestion(nc, cfg.Congestion)
+	if err != nil {
+		return fmt.Errorf("congestion control (SPARCML_TCP_CONGESTION=%s): %w", cfg.Congestion, err)
+	}
+	if to != "" && cfg.Congestion == CongestionAuto {
+		m.congestionSaid.Do(func() {
+			cfg.Logf("tcp: rank %d: connections within this host use %s, not %s, which paces sends (SPARCML_TCP_CONGESTION=system keeps it)",
+				cfg.Rank, to, from)
+		})
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package fallback
 
 import (
+	"fmt"
+	"net"
 	"syscall"
 	"time"
 
@@ -26,6 +28,14 @@ func socketControl(cfg *Config) func(network, address string, rc syscall.RawConn
 					return
 				}
 			}
+			if _, named := congestionChoices(cfg.Congestion, "", false); named {
+				// Set on the listener too, so that an algorithm the
+				// kernel lacks fails every rank at once.
+				if serr = unix.SetsockoptString(s, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cfg.Congestion); serr != nil {
+					serr = fmt.Errorf("congestion control %q (SPARCML_TCP_CONGESTION): set TCP_CONGESTION: %w", cfg.Congestion, serr)
+					return
+				}
+			}
 			serr = unix.SetsockoptInt(s, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(cfg.PeerTimeout/time.Millisecond))
 		})
 		if err != nil {
@@ -33,4 +43,38 @@ func socketControl(cfg *Config) func(network, address string, rc syscall.RawConn
 		}
 		return serr
 	}
+}
+
+// setCongestion applies policy (Config.Congestion) to an established
+// connection and returns the algorithm it found and the one it switched
+// to, "" if it kept the kernel's.
+func setCongestion(nc *net.TCPConn, policy string) (from, to string, err error) {
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		return "", "", err
+	}
+	local := sameHost(nc.LocalAddr(), nc.RemoteAddr())
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		s := int(fd)
+		if from, serr = unix.GetsockoptString(s, unix.IPPROTO_TCP, unix.TCP_CONGESTION); serr != nil {
+			serr = fmt.Errorf("get TCP_CONGESTION: %w", serr)
+			return
+		}
+		try, strict := congestionChoices(policy, from, local)
+		for _, algo := range try {
+			if serr = unix.SetsockoptString(s, unix.IPPROTO_TCP, unix.TCP_CONGESTION, algo); serr == nil {
+				to = algo
+				return
+			}
+			serr = fmt.Errorf("set TCP_CONGESTION %q: %w", algo, serr)
+		}
+		if !strict {
+			serr = nil // best effort: keep the kernel's choice
+		}
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return from, to, serr
 }
