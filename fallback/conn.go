@@ -24,8 +24,8 @@ type conn struct {
 
 	rs        readShare // who reads the socket (readshare.go)
 	endOnce   sync.Once
-	waitRecvF func(ctx context.Context, done <-chan struct{}) error // c.waitRecv, made once
-	waitSendF func(ctx context.Context, done <-chan struct{}) error // c.waitSend, made once
+	waitRecvF func(ctx context.Context, r *transport.Request) error // c.waitRecv, made once
+	waitSendF func(ctx context.Context, r *transport.Request) error // c.waitSend, made once
 	watchF    func(r *transport.Request)                            // c.watch, made once
 
 	goodbye    atomic.Bool            // a goodbye frame arrived on this connection
@@ -55,7 +55,8 @@ type conn struct {
 	// The reader's low-water mark call and scatter read (Linux).
 	lowatN   int
 	lowatSet func(uintptr)
-	rvec     [2][]byte
+	rvec     [3][]byte
+	rk       int // how many of rvec the read uses
 	rn       int
 	rerr     error
 	rread    func(uintptr) bool // readvOnce, made once
@@ -84,6 +85,7 @@ func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 	}
 	if c.rc != nil && scatterReads {
 		c.fr.r.two = c.readTwo
+		c.fr.r.three = c.readThree
 	}
 	return c
 }

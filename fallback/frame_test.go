@@ -116,15 +116,18 @@ func FuzzFrameReader(f *testing.F) {
 	f.Add(append(frameBytes(header{kind: frameGoodbye}, nil), frameBytes(data, nil)...))
 	f.Add(frameBytes(data, make([]byte, 3000))[:100])
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		fuzzFrameReader(t, stream, maxMessage, false)
-		fuzzFrameReader(t, stream, maxMessage, true)
+		fuzzFrameReader(t, stream, maxMessage, false, false)
+		fuzzFrameReader(t, stream, maxMessage, true, false)
+		fuzzFrameReader(t, stream, maxMessage, true, true)
 	})
 }
 
 // fuzzFrameReader reads stream through a 4 KiB buffered reader or, with
 // scatter, through a 64-byte one with an emulated readv, so that payloads
-// take the direct path and the frames after them land in the buffer.
-func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter bool) {
+// take the direct path and the frames after them land in the buffer; with
+// speculate too, as a caller waiting for the posted receive, whose payload
+// it reads speculatively (readSpeculative).
+func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter, speculate bool) {
 	m := transport.NewMatcher(0, 0)
 	// A receive posted for one tag exercises the zero-copy path (with
 	// scatter, one larger than the buffer: the direct read).
@@ -134,7 +137,8 @@ func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter bool
 		size, r = 200, newInBuf(src, 64)
 		r.two = readTwoFrom(src)
 	}
-	posted := m.Post(1, transport.Tag{Comm: 1, Seq: 2}, testDesc, make([]byte, size))
+	postedTag := transport.Tag{Comm: 1, Seq: 2}
+	posted := m.Post(1, postedTag, testDesc, make([]byte, size))
 	fr := &frameReader{
 		peer:       1,
 		r:          r,
@@ -142,6 +146,13 @@ func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter bool
 		maxMessage: maxMessage,
 		gate:       openGate{},
 		onData:     func(n int) {},
+	}
+	if speculate {
+		vs := &vecStream{data: stream}
+		r = newInBuf(vs, 64)
+		r.two = func(a, b []byte) (int, error) { return vs.readv(a, b) }
+		r.three = vs.three
+		fr.r, fr.want, fr.wantTag = r, true, postedTag
 	}
 	err := readAll(fr)
 	if err == nil {

@@ -164,8 +164,9 @@ func (c *conn) watch(r *transport.Request) {
 }
 
 // waitRecv is the waiter of receives (transport.Request.SetWaiter).
-func (c *conn) waitRecv(ctx context.Context, done <-chan struct{}) error {
+func (c *conn) waitRecv(ctx context.Context, r *transport.Request) error {
 	rs := &c.rs
+	done := r.Completion()
 	for {
 		select {
 		case <-done:
@@ -176,7 +177,7 @@ func (c *conn) waitRecv(ctx context.Context, done <-chan struct{}) error {
 		if rs.owner == ownerNone && !rs.ended {
 			rs.owner = ownerWaiter
 			rs.mu.Unlock()
-			return c.readFor(ctx, done)
+			return c.readFor(ctx, r)
 		}
 		var freed chan struct{}
 		if !rs.ended {
@@ -212,13 +213,17 @@ func (c *conn) waitRecv(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
-// readFor reads frames as the read side's owner until done is closed or
-// ctx ends.
-func (c *conn) readFor(ctx context.Context, done <-chan struct{}) error {
+// readFor reads frames as the read side's owner until r completes or ctx
+// ends. While it does, the frame reader may read a payload it has not
+// seen the header of yet straight into r's buffer (see readSpeculative).
+func (c *conn) readFor(ctx context.Context, r *transport.Request) error {
+	done := r.Completion()
 	c.renewDeadline()
+	c.fr.wantTag, c.fr.want = r.Tag, true
 	for {
 		select {
 		case <-done:
+			c.fr.want = false
 			c.release()
 			return nil
 		default:
@@ -228,6 +233,7 @@ func (c *conn) readFor(ctx context.Context, done <-chan struct{}) error {
 		case err == nil:
 		case isTimeout(err):
 			if err := ctx.Err(); err != nil {
+				c.fr.want = false
 				c.release()
 				return err
 			}
@@ -236,9 +242,11 @@ func (c *conn) readFor(ctx context.Context, done <-chan struct{}) error {
 			// Delivering the next message must wait for room among the
 			// unexpected ones, which only other operations can make:
 			// the background reader does that waiting, not this caller.
+			c.fr.want = false
 			c.kickAndRelease()
 			return transport.AwaitDone(ctx, done)
 		default:
+			c.fr.want = false
 			c.readEnded(err)
 			return transport.AwaitDone(ctx, done)
 		}
@@ -259,7 +267,8 @@ func (c *conn) renewDeadline() {
 // waitSend is the waiter of sends. A send the socket has not taken may be
 // waiting for the peer to read, and the peer may be waiting for us to
 // read its own writes: if nobody reads here, the background reader does.
-func (c *conn) waitSend(ctx context.Context, done <-chan struct{}) error {
+func (c *conn) waitSend(ctx context.Context, r *transport.Request) error {
+	done := r.Completion()
 	select {
 	case <-done:
 		return nil

@@ -83,9 +83,9 @@ func (t *Transport) pollLocked(wcs []verbs.WorkCompletion) (int, error) {
 
 // waitFor is the waiter of every request (transport.Request.SetWaiter):
 // it polls (waitPoll), then blocks.
-func (t *Transport) waitFor(ctx context.Context, done <-chan struct{}) error {
-	t.waitPoll(done)
-	return transport.AwaitDone(ctx, done)
+func (t *Transport) waitFor(ctx context.Context, r *transport.Request) error {
+	t.waitPoll(r.Completion())
+	return transport.AwaitRequest(ctx, r)
 }
 
 // waitPoll is called by a goroutine about to wait for a request. The

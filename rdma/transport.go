@@ -84,7 +84,7 @@ type Transport struct {
 	spinning atomic.Bool                                           // a waiter busy-polls (waitPoll)
 	sleepers atomic.Int32                                          // waiters sleeping on their request meanwhile
 	kick     chan struct{}                                         // the polling waiter left (progress parks on it)
-	waitF    func(ctx context.Context, done <-chan struct{}) error // t.waitFor, made once
+	waitF    func(ctx context.Context, r *transport.Request) error // t.waitFor, made once
 	kaTimer  *time.Timer                                           // progress goroutine only
 	byeOut   atomic.Int32
 	byeCh    chan struct{}

@@ -19,6 +19,7 @@ type Matcher struct {
 	mu         sync.Mutex
 	space      *sync.Cond
 	posted     map[mkey]posted
+	reserved   map[mkey]*reservation
 	unexpected map[mkey]*message
 	unexpBytes map[int]int64
 	claimed    map[*Request]struct{}
@@ -46,6 +47,13 @@ type posted struct {
 	buf  []byte
 }
 
+// reservation is a posted receive taken out of matching for a speculative
+// read (Reserve); err is why it must fail once the read is over.
+type reservation struct {
+	posted
+	err error
+}
+
 type message struct {
 	desc Desc
 	data []byte
@@ -63,6 +71,7 @@ func NewMatcher(rank int, limit int64) *Matcher {
 		rank:       rank,
 		limit:      limit,
 		posted:     make(map[mkey]posted),
+		reserved:   make(map[mkey]*reservation),
 		unexpected: make(map[mkey]*message),
 		unexpBytes: make(map[int]int64),
 		claimed:    make(map[*Request]struct{}),
@@ -185,6 +194,19 @@ func (m *Matcher) failKindMismatch(peer int, tag Tag, remote Desc) {
 		if k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq {
 			delete(m.posted, k)
 			p.req.Complete(nil, m.mismatch(peer, tag, p.desc, remote))
+		}
+	}
+	m.failReservedLocked(func(k mkey) bool { return k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq },
+		func(r *reservation) error { return m.mismatch(peer, tag, r.desc, remote) })
+}
+
+// failReservedLocked marks the reserved receives that match to fail with
+// err(r) when their speculative read ends: the reader may be writing into
+// their buffers now. Called with m.mu held.
+func (m *Matcher) failReservedLocked(match func(k mkey) bool, err func(r *reservation) error) {
+	for k, r := range m.reserved {
+		if r.err == nil && match(k) {
+			r.err = err(r)
 		}
 	}
 }
@@ -337,6 +359,98 @@ func (m *Matcher) finishUnexpected(k mkey, desc Desc, buf []byte) {
 	m.mu.Unlock()
 }
 
+// Speculative reads.
+//
+// A stream transport whose caller waits for one receive may read the next
+// frame with one system call into a header buffer, that receive's buffer
+// and its read buffer, betting that the frame is that receive's message:
+// a round trip then costs one read and no copy instead of two reads and a
+// copy. Reserve takes the receive out of matching for the bet, so that
+// nothing else fills or fails it while the reader may be writing into its
+// buffer: FailOp, FailPeer and a collective mismatch only mark it, and
+// Abort fails it as it fails a claimed one (after the transport has
+// stopped its readers). The bet ends with ClaimReserved when the frame is
+// the receive's message, Unreserve when it is not.
+
+// Reserve takes the posted receive (peer, tag) out of matching and returns
+// its buffer, if it is posted and its buffer holds at least min bytes.
+func (m *Matcher) Reserve(peer int, tag Tag, min int) ([]byte, bool) {
+	k := mkey{peer, tag}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.posted[k]
+	if !ok || len(p.buf) < min || m.err != nil {
+		return nil, false
+	}
+	delete(m.posted, k)
+	m.reserved[k] = &reservation{posted: p}
+	m.claimed[p.req] = struct{}{}
+	return p.buf, true
+}
+
+// Unreserve ends a reservation whose frame was another: the receive is
+// posted again, or fails if it was marked to meanwhile.
+func (m *Matcher) Unreserve(peer int, tag Tag) {
+	k := mkey{peer, tag}
+	m.mu.Lock()
+	r, ok := m.reserved[k]
+	if !ok {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.reserved, k)
+	delete(m.claimed, r.req)
+	err := r.err
+	if err == nil && m.err == nil {
+		m.posted[k] = r.posted
+		// As in Post: a reader blocked on the budget may hold its message.
+		m.space.Broadcast()
+	}
+	m.mu.Unlock()
+	if err != nil {
+		r.req.Complete(nil, err)
+	}
+}
+
+// ClaimReserved is Claim for the reserved receive's own message, of n
+// payload bytes of which the first landed are already at the start of
+// the receive's buffer. The message goes where Claim would send it: into
+// that buffer (the landed bytes in place), into a larger one if it does
+// not fit (the landed bytes copied), or nowhere if the receive was marked
+// to fail or the message does not match it.
+func (m *Matcher) ClaimReserved(peer int, tag Tag, desc Desc, n, landed int) (Claimed, error) {
+	k := mkey{peer, tag}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.reserved[k]
+	if !ok {
+		return Claimed{}, errorf(ErrProtocol, "no reservation for %v from rank %d", tag, peer)
+	}
+	delete(m.reserved, k)
+	if m.err != nil {
+		return Claimed{}, m.err // Abort failed the receive already
+	}
+	fail := r.err
+	if kind, known := m.kindOf(tag, desc); fail == nil && known && !compatibleKinds(kind, desc.Kind) {
+		m.failKindMismatch(peer, tag, desc)
+		fail = m.mismatch(peer, tag, r.desc, desc)
+	}
+	if fail == nil && r.desc != desc {
+		fail = m.mismatch(peer, tag, r.desc, desc)
+	}
+	if fail != nil {
+		delete(m.claimed, r.req)
+		r.req.Complete(nil, fail)
+		return Claimed{m: m}, nil
+	}
+	buf := r.buf
+	if cap(buf) < n {
+		buf = make([]byte, n)
+		copy(buf, r.buf[:landed])
+	}
+	return Claimed{m: m, dst: buf[:n], req: r.req}, nil
+}
+
 // Deliver files a whole message whose payload is already in memory (for
 // transports that receive into their own buffers). data is copied.
 func (m *Matcher) Deliver(peer int, tag Tag, desc Desc, data []byte) error {
@@ -374,6 +488,8 @@ func (m *Matcher) FailOp(comm uint32, seq uint64, err error) {
 			delete(m.posted, k)
 		}
 	}
+	m.failReservedLocked(func(k mkey) bool { return k.tag.Comm == comm && k.tag.Seq == seq },
+		func(*reservation) error { return err })
 	for k, msg := range m.unexpected {
 		if k.tag.Comm == comm && k.tag.Seq == seq {
 			m.release(k.peer, int64(len(msg.data)))
@@ -405,6 +521,7 @@ func (m *Matcher) FailPeer(peer int, err error) {
 			delete(m.posted, k)
 		}
 	}
+	m.failReservedLocked(func(k mkey) bool { return k.peer == peer }, func(*reservation) error { return err })
 	m.mu.Unlock()
 	for _, r := range fail {
 		r.Complete(nil, err)
@@ -451,5 +568,5 @@ func (m *Matcher) Err() error {
 func (m *Matcher) Pending() (posted, unexpected int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.posted), len(m.unexpected)
+	return len(m.posted) + len(m.reserved), len(m.unexpected)
 }

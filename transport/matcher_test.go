@@ -265,3 +265,77 @@ func TestBufPoolSizes(t *testing.T) {
 		PutBuf(b)
 	}
 }
+
+// A reserved receive is out of matching until its speculative read ends:
+// failures only mark it, Unreserve posts it again or fails it, Abort fails
+// it at once (the transport stops its readers first).
+func TestReserve(t *testing.T) {
+	cause := errors.New("gone")
+	for name, mark := range map[string]func(m *Matcher){
+		"none":     func(*Matcher) {},
+		"fail-op":  func(m *Matcher) { m.FailOp(1, 5, cause) },
+		"peer":     func(m *Matcher) { m.FailPeer(1, cause) },
+		"mismatch": func(m *Matcher) { deliver(t, m, 2, tagOf(5, 1), Desc{Kind: OpBroadcast, Count: 8}, nil) },
+	} {
+		m := NewMatcher(0, 0)
+		r := m.Post(1, tagOf(5, 0), desc, make([]byte, 16))
+		if _, ok := m.Reserve(1, tagOf(5, 0), 17); ok {
+			t.Fatalf("%s: reserved a 16-byte receive for at least 17", name)
+		}
+		buf, ok := m.Reserve(1, tagOf(5, 0), 16)
+		if !ok || len(buf) != 16 {
+			t.Fatalf("%s: Reserve = %d bytes, %v", name, len(buf), ok)
+		}
+		mark(m)
+		if r.Completed() {
+			t.Fatalf("%s: a reserved receive completed", name)
+		}
+		m.Unreserve(1, tagOf(5, 0))
+		if name == "none" {
+			if r.Completed() {
+				t.Fatalf("unmarked: completed by Unreserve")
+			}
+			deliver(t, m, 1, tagOf(5, 0), desc, []byte("again"))
+			if err := wait(t, r); err != nil || string(r.Data()) != "again" {
+				t.Fatalf("unmarked: %q, %v", r.Data(), err)
+			}
+			continue
+		}
+		if err := wait(t, r); err == nil {
+			t.Fatalf("%s: Unreserve did not fail a marked receive", name)
+		}
+	}
+
+	m := NewMatcher(0, 0)
+	r := m.Post(1, tagOf(6, 0), desc, make([]byte, 8))
+	m.Reserve(1, tagOf(6, 0), 1)
+	m.Abort(cause)
+	if err := wait(t, r); !errors.Is(err, cause) {
+		t.Fatalf("abort: %v", err)
+	}
+	if _, err := m.ClaimReserved(1, tagOf(6, 0), desc, 8, 0); !errors.Is(err, cause) {
+		t.Fatalf("ClaimReserved after abort: %v", err)
+	}
+}
+
+// ClaimReserved puts the message where Claim would, keeping the bytes
+// already landed in the receive's buffer.
+func TestClaimReserved(t *testing.T) {
+	m := NewMatcher(0, 0)
+	buf := make([]byte, 4)
+	r := m.Post(1, tagOf(7, 0), desc, buf)
+	m.Reserve(1, tagOf(7, 0), 1)
+	copy(buf, "abcd") // the speculative read
+	c, err := m.ClaimReserved(1, tagOf(7, 0), desc, 6, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(c.Dst()[4:], "ef")
+	c.Finish()
+	if err := wait(t, r); err != nil || string(r.Data()) != "abcdef" {
+		t.Fatalf("larger than the buffer: %q, %v", r.Data(), err)
+	}
+	if p, u := m.Pending(); p != 0 || u != 0 {
+		t.Fatalf("left %d posted, %d unexpected", p, u)
+	}
+}

@@ -18,7 +18,7 @@ type Request struct {
 	done       chan struct{}
 	data       []byte
 	err        error
-	wait       func(ctx context.Context, done <-chan struct{}) error
+	wait       func(ctx context.Context, r *Request) error
 	watch      func(r *Request)
 }
 
@@ -50,15 +50,16 @@ func (r *Request) Complete(data []byte, err error) bool {
 }
 
 // SetWaiter lets the transport make progress in the goroutine that waits:
-// Wait calls wait(ctx, done) instead of blocking itself, and wait must
-// return nil once done is closed or ctx's error once ctx ends, whichever
-// comes first (AwaitDone is the plain blocking part). The TCP transport
-// reads the socket there, so that the data wakes the waiter directly
-// instead of through a reader goroutine; the RDMA transport busy-polls
-// its completion queue for a while before it blocks, so that a waiter
-// sees its completion without another thread waking it (costly where
-// wake-ups are slow). A transport calls it before handing the request out.
-func (r *Request) SetWaiter(wait func(ctx context.Context, done <-chan struct{}) error) {
+// Wait calls wait(ctx, r) instead of blocking itself, and wait must
+// return nil once r completes (its Completion channel is closed) or ctx's
+// error once ctx ends, whichever comes first (AwaitRequest is the plain
+// blocking part). The TCP transport reads the socket there, so that the
+// data wakes the waiter directly instead of through a reader goroutine;
+// the RDMA transport busy-polls its completion queue for a while before
+// it blocks, so that a waiter sees its completion without another thread
+// waking it (costly where wake-ups are slow). A transport calls it before
+// handing the request out.
+func (r *Request) SetWaiter(wait func(ctx context.Context, r *Request) error) {
 	r.wait = wait
 }
 
@@ -75,6 +76,10 @@ func (r *Request) Done() <-chan struct{} {
 	}
 	return r.done
 }
+
+// Completion is the channel Done returns, without calling the watcher: for
+// a transport's waiter, which makes progress itself.
+func (r *Request) Completion() <-chan struct{} { return r.done }
 
 // Completed reports whether the request has completed. Unlike Done it
 // never calls the watcher, so a transport can ask it under its own locks.
@@ -107,9 +112,9 @@ func (r *Request) Wait(ctx context.Context) error {
 	}
 	wait := r.wait
 	if wait == nil {
-		wait = AwaitDone
+		wait = AwaitRequest
 	}
-	if err := wait(ctx, r.done); err != nil && !r.Completed() {
+	if err := wait(ctx, r); err != nil && !r.Completed() {
 		return err
 	}
 	return r.err
@@ -142,6 +147,9 @@ func (r *Request) String() string {
 	}
 	return fmt.Sprintf("%s rank %d (%v)", dir, r.Peer, r.Tag)
 }
+
+// AwaitRequest blocks until r completes (nil) or ctx ends (its error).
+func AwaitRequest(ctx context.Context, r *Request) error { return AwaitDone(ctx, r.done) }
 
 // AwaitDone blocks until done is closed (nil) or ctx ends (its error).
 func AwaitDone(ctx context.Context, done <-chan struct{}) error {

@@ -16,17 +16,17 @@ func TestRequestWaiter(t *testing.T) {
 
 	r := NewRequest(1, Tag{}, false)
 	calls := 0
-	r.SetWaiter(func(ctx context.Context, done <-chan struct{}) error {
+	r.SetWaiter(func(ctx context.Context, r *Request) error {
 		calls++
 		r.Complete([]byte("x"), nil)
-		return AwaitDone(ctx, done)
+		return AwaitRequest(ctx, r)
 	})
 	if err := r.Wait(ctx); err != nil || calls != 1 || string(r.Data()) != "x" {
 		t.Fatalf("Wait = %v after %d waiter calls, data %q", err, calls, r.Data())
 	}
 
 	r = NewRequest(1, Tag{}, false)
-	r.SetWaiter(AwaitDone)
+	r.SetWaiter(AwaitRequest)
 	go func() {
 		time.Sleep(10 * time.Millisecond)
 		r.Complete(nil, nil)
@@ -36,7 +36,7 @@ func TestRequestWaiter(t *testing.T) {
 	}
 
 	r = NewRequest(1, Tag{}, false)
-	r.SetWaiter(AwaitDone)
+	r.SetWaiter(AwaitRequest)
 	short, cancel2 := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel2()
 	if err := r.Wait(short); err != context.DeadlineExceeded {
@@ -44,7 +44,7 @@ func TestRequestWaiter(t *testing.T) {
 	}
 
 	r = NewRequest(1, Tag{}, false)
-	r.SetWaiter(func(ctx context.Context, done <-chan struct{}) error {
+	r.SetWaiter(func(ctx context.Context, r *Request) error {
 		r.Complete(nil, ErrAborted) // completes as the context ends
 		return context.Canceled
 	})
