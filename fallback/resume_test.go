@@ -38,7 +38,12 @@ func readThreeFrom(r io.Reader) func(a, b, c []byte) (int, error) {
 		if n < len(a)+len(b) || err != nil {
 			return n, err
 		}
-		m, _ := r.Read(c)
+		var m int
+		if rest, ok := r.(interface{ readOn([]byte) (int, error) }); ok {
+			m, _ = rest.readOn(c) // the same system call: see readTwoFrom
+		} else {
+			m, _ = r.Read(c)
+		}
 		return n + m, nil
 	}
 }
