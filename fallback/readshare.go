@@ -109,6 +109,7 @@ func (c *conn) watchingLocked() bool {
 // release frees the read side: to the blocked waiters if there are any,
 // else to the background reader if it has reason to run, else to nobody.
 func (c *conn) release() {
+	c.fr.want = false // a waiter's bet on its receive ends with its turn
 	rs := &c.rs
 	rs.mu.Lock()
 	rs.owner = ownerNone
@@ -223,7 +224,6 @@ func (c *conn) readFor(ctx context.Context, r *transport.Request) error {
 	for {
 		select {
 		case <-done:
-			c.fr.want = false
 			c.release()
 			return nil
 		default:
@@ -233,7 +233,6 @@ func (c *conn) readFor(ctx context.Context, r *transport.Request) error {
 		case err == nil:
 		case isTimeout(err):
 			if err := ctx.Err(); err != nil {
-				c.fr.want = false
 				c.release()
 				return err
 			}
@@ -242,12 +241,10 @@ func (c *conn) readFor(ctx context.Context, r *transport.Request) error {
 			// Delivering the next message must wait for room among the
 			// unexpected ones, which only other operations can make:
 			// the background reader does that waiting, not this caller.
-			c.fr.want = false
 			c.kickAndRelease()
 			return transport.AwaitDone(ctx, done)
 		default:
-			c.fr.want = false
-			c.readEnded(err)
+			c.readEnded(err) // nobody reads after this
 			return transport.AwaitDone(ctx, done)
 		}
 	}
