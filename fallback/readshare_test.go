@@ -35,6 +35,28 @@ func awaitReadShare(ctx context.Context, c *conn, cond func(rs *readShare) bool)
 	}
 }
 
+// waiterJob starts two ranks, checked for leaks, without the idle
+// watchdog, after msgs messages of pingPong: rank 0's waiters read its
+// connection from rank 1 themselves. It returns the job, the test's
+// context and that connection.
+func waiterJob(t *testing.T, msgs int) (*job, context.Context, *conn) {
+	t.Helper()
+	checkNoLeaks(t)
+	quietWatchdog(t)
+	j := startJob(t, 2, nil)
+	pingPong(t, j, 1, msgs)
+	return j, waitCtx(t), j.ts[0].peers[1][0]
+}
+
+// waitReading waits for r in a goroutine and returns once that waiter
+// reads c itself; the channel gets what Wait returned.
+func waitReading(ctx context.Context, c *conn, r *transport.Request) <-chan error {
+	waited := make(chan error, 1)
+	go func() { waited <- r.Wait(ctx) }()
+	awaitReadShare(ctx, c, func(rs *readShare) bool { return rs.owner == ownerWaiter })
+	return waited
+}
+
 // pingPong makes rank 0 receive msgs messages from rank 1 with Wait, each
 // posted before it is sent, so that afterwards rank 0's waiters read
 // their connection themselves and nobody reads it in between (the state
@@ -77,11 +99,7 @@ func pingPong(t *testing.T, j *job, comm uint32, msgs int) {
 // A receive that nobody waits on, only watches through Done, completes
 // even when the connection's waiters have left it unread.
 func TestWatchedReceiveProgresses(t *testing.T) {
-	checkNoLeaks(t)
-	quietWatchdog(t)
-	j := startJob(t, 2, nil)
-	pingPong(t, j, 1, 5)
-	ctx := waitCtx(t)
+	j, ctx, _ := waiterJob(t, 5)
 	tag := transport.Tag{Comm: 2, Seq: 1}
 	want := payload(1, 0, tag, 300<<10)
 	r := j.ts[0].Recv(1, tag, testDesc, make([]byte, len(want)))
@@ -163,11 +181,7 @@ func TestWaiterTimeoutsResume(t *testing.T) {
 // A waiter that owns the read side returns when its context ends, soon
 // after, and a later wait gets the message.
 func TestWaiterContextEnds(t *testing.T) {
-	checkNoLeaks(t)
-	quietWatchdog(t)
-	j := startJob(t, 2, nil)
-	pingPong(t, j, 1, 3)
-	ctx := waitCtx(t)
+	j, ctx, _ := waiterJob(t, 3)
 	tag := transport.Tag{Comm: 4, Seq: 1}
 	r := j.ts[0].Recv(1, tag, testDesc, make([]byte, 8))
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -267,16 +281,9 @@ func TestIdlePeerLossNoticed(t *testing.T) {
 // receive ends that read: the receive fails with ErrClosed, Close returns
 // and no goroutine is left.
 func TestCloseWhileWaiterReads(t *testing.T) {
-	checkNoLeaks(t)
-	quietWatchdog(t)
-	j := startJob(t, 2, nil)
-	pingPong(t, j, 1, 3)
-	ctx := waitCtx(t)
+	j, ctx, c := waiterJob(t, 3)
 	r := j.ts[0].Recv(1, transport.Tag{Comm: 8, Seq: 1}, testDesc, make([]byte, 8))
-	waited := make(chan error, 1)
-	go func() { waited <- r.Wait(ctx) }()
-	c := j.ts[0].peers[1][0]
-	awaitReadShare(ctx, c, func(rs *readShare) bool { return rs.owner == ownerWaiter }) // until the waiter reads
+	waited := waitReading(ctx, c, r)
 	closed := make(chan struct{})
 	go func() { j.ts[0].Close(); close(closed) }()
 	select {

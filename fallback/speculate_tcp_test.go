@@ -14,21 +14,14 @@ import (
 // its message intact when another large message comes first, and that one
 // is delivered intact too.
 func TestWaiterReadsAheadOverTCP(t *testing.T) {
-	checkNoLeaks(t)
-	quietWatchdog(t)
-	j := startJob(t, 2, nil)
-	pingPong(t, j, 1, 3)
-	ctx := waitCtx(t)
-	c := j.ts[0].peers[1][0]
+	j, ctx, c := waiterJob(t, 3)
 	for round, sizes := range [][2]int{{64 << 10, 100 << 10}, {100 << 10, 64 << 10}, {64 << 10, 10}, {20 << 10, 20 << 10}} {
 		tagA := transport.Tag{Comm: 2, Seq: uint64(2 * round)}
 		tagB := transport.Tag{Comm: 2, Seq: uint64(2*round + 1)}
 		wantA, wantB := payload(1, 0, tagA, sizes[0]), payload(1, 0, tagB, sizes[1])
 		a := j.ts[0].Recv(1, tagA, testDesc, make([]byte, len(wantA)))
 		b := j.ts[0].Recv(1, tagB, testDesc, make([]byte, len(wantB)))
-		waited := make(chan error, 1)
-		go func() { waited <- a.Wait(ctx) }()
-		awaitReadShare(ctx, c, func(rs *readShare) bool { return rs.owner == ownerWaiter })
+		waited := waitReading(ctx, c, a)
 		sb := j.ts[1].Send(0, tagB, testDesc, wantB) // B first: the waiter's bet misses
 		sa := j.ts[1].Send(0, tagA, testDesc, wantA)
 		if err := <-waited; err != nil {
@@ -50,17 +43,10 @@ func TestWaiterReadsAheadOverTCP(t *testing.T) {
 // in a speculative read of its buffer fails once that read gives the
 // buffer back, within the waiter's tick, and the connection goes on.
 func TestFailWhileWaiterReadsAhead(t *testing.T) {
-	checkNoLeaks(t)
-	quietWatchdog(t)
-	j := startJob(t, 2, nil)
-	pingPong(t, j, 1, 3)
-	ctx := waitCtx(t)
-	c := j.ts[0].peers[1][0]
+	j, ctx, c := waiterJob(t, 3)
 	tag := transport.Tag{Comm: 3, Seq: 1}
 	r := j.ts[0].Recv(1, tag, testDesc, make([]byte, 64<<10))
-	waited := make(chan error, 1)
-	go func() { waited <- r.Wait(ctx) }()
-	awaitReadShare(ctx, c, func(rs *readShare) bool { return rs.owner == ownerWaiter })
+	waited := waitReading(ctx, c, r)
 	time.Sleep(5 * time.Millisecond) // into the read
 	cause := errors.New("failed by the test")
 	start := time.Now()
