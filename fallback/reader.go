@@ -144,7 +144,9 @@ func (fr *frameReader) startFrame(h header) error {
 // a read into the read buffer, a copy out of it and a read of the rest.
 // If it is another frame, the bytes after its header move to the read
 // buffer. Meanwhile the receive is reserved (transport.Matcher.Reserve),
-// so nothing else fills or fails it. started reports that the frame's
+// so nothing else fills or fails it, and the fill gate is held: a read
+// that waits for data holds both for at most waiterTick (the waiter's
+// read deadline), which bounds how late a failure reaches the receive. started reports that the frame's
 // header was read and the frame started; false with a nil error means
 // nothing was read past what fr.hdrGot says, and the normal path goes on.
 func (fr *frameReader) readSpeculative() (started bool, err error) {

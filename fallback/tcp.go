@@ -325,7 +325,9 @@ func (t *Transport) fail(err error, closePeer int) {
 // abortMatcher fails every receive once no reader is writing into a
 // receive buffer: failing one being written would let the caller reuse a
 // buffer still being filled. Fills end quickly: none starts once the
-// sticky error is set, and those from closed connections fail at once.
+// sticky error is set, those from closed connections fail at once, and a
+// waiter's speculative read on a live connection (readSpeculative) gives
+// its buffer back within waiterTick.
 func (t *Transport) abortMatcher(err error) {
 	t.waitNoFill()
 	t.m.Abort(err)
