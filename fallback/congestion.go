@@ -9,24 +9,27 @@ import (
 // the BBR family does (see Config.Congestion).
 func paces(algo string) bool { return strings.HasPrefix(algo, "bbr") }
 
+// namesAlgorithm reports whether policy (Config.Congestion) names an
+// algorithm rather than auto or system.
+func namesAlgorithm(policy string) bool {
+	return policy != CongestionAuto && policy != CongestionSystem
+}
+
 // congestionChoices returns the algorithms to try on a connection, in
 // order, under policy (Config.Congestion), given the kernel's current
 // choice and whether both ends are on this host; none means keep the
 // current one. strict means the policy asked for them by name, so failing
 // to set them is an error rather than a reason to keep the current one.
 func congestionChoices(policy, current string, sameHost bool) (try []string, strict bool) {
-	switch policy {
-	case CongestionSystem:
-		return nil, false
-	case CongestionAuto:
-		if sameHost && paces(current) {
-			return []string{"cubic", "reno"}, false
-		}
-		return nil, false
-	case current:
-		return nil, true
-	default:
+	switch {
+	case namesAlgorithm(policy) && policy != current:
 		return []string{policy}, true
+	case namesAlgorithm(policy):
+		return nil, true
+	case policy == CongestionAuto && sameHost && paces(current):
+		return []string{"cubic", "reno"}, false
+	default:
+		return nil, false
 	}
 }
 

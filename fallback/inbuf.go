@@ -154,17 +154,18 @@ func (b *inBuf) unread(p []byte) {
 		return
 	}
 	n := len(p) + b.w - b.r
+	borrow := n > len(b.buf)
 	dst := b.buf
-	if n > len(b.buf) {
+	if borrow {
 		dst = transport.GetBuf(n)
 	}
 	copy(dst[len(p):], b.buf[b.r:b.w]) // may overlap: copy moves
 	copy(dst, p)
-	if len(dst) != len(b.buf) || &dst[0] != &b.buf[0] {
+	if borrow {
 		if b.home == nil {
 			b.home = b.buf
 		} else {
-			transport.PutBuf(b.buf)
+			transport.PutBuf(b.buf) // an earlier borrowed array
 		}
 		b.buf = dst
 	}

@@ -53,6 +53,24 @@ func startChild(b *testing.B, mode, addr string, size int) *exec.Cmd {
 	return cmd
 }
 
+// childConn starts the benchmark's child in mode and returns the plain
+// connection it dials back, with a deadline so that a hang fails.
+func childConn(b *testing.B, mode string, size int) (net.Conn, *exec.Cmd) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := startChild(b, mode, ln.Addr().String(), size)
+	nc, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(5 * time.Minute)) // a hang fails
+	return nc, cmd
+}
+
 func runBenchChild(mode string) error {
 	addr := os.Getenv(envChildAddr)
 	size, err := strconv.Atoi(os.Getenv(envChildSize))
@@ -181,22 +199,11 @@ func setBuffers(tc *net.TCPConn) error { return nil }
 func BenchmarkRawTCPProcesses(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(sizeName(size), func(b *testing.B) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ln.Close()
 			dsts := make([][]byte, benchWindow(size))
 			for i := range dsts {
 				dsts[i] = touched(size)
 			}
-			cmd := startChild(b, "raw", ln.Addr().String(), size)
-			nc, err := ln.Accept()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(5 * time.Minute)) // a hang fails
+			nc, cmd := childConn(b, "raw", size)
 			if err := setBuffers(nc.(*net.TCPConn)); err != nil {
 				b.Fatal(err)
 			}
@@ -294,18 +301,7 @@ func BenchmarkHandoffPingPong(b *testing.B) {
 	const size = 64 << 10
 	for _, mode := range []string{"direct", "handoff"} {
 		b.Run(mode, func(b *testing.B) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ln.Close()
-			cmd := startChild(b, "pingpong", ln.Addr().String(), size)
-			nc, err := ln.Accept()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(5 * time.Minute)) // a hang fails
+			nc, cmd := childConn(b, "pingpong", size)
 			buf, ack := make([]byte, size), []byte{1}
 			// The time from one acknowledgement to the next is a round
 			// trip; its median is reported next to the mean, which the

@@ -289,7 +289,7 @@ func (fr *frameReader) discard(n int) error {
 // 256 KiB and 512 KiB sent one at a time took 0.84 / 0.90 / 0.91 of a
 // plain socket's throughput; from 512 KiB, 0.94 / 0.94 / 1.22 (medians of
 // 8 alternated rounds; 16 in flight and 1-16 MiB messages showed no
-// difference). A mark never exceeds lowatCap, so that reading a very large
+// difference; commands in docs/PERFORMANCE.md, "p2p in session 6"). A mark never exceeds lowatCap, so that reading a very large
 // payload still overlaps with its sending; measured on loopback, 4 MiB
 // beat 256 KiB and 1 MiB for 8-64 MiB messages and matched an unbounded
 // mark at 2 MiB.

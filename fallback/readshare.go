@@ -169,10 +169,8 @@ func (c *conn) waitRecv(ctx context.Context, r *transport.Request) error {
 	rs := &c.rs
 	done := r.Completion()
 	for {
-		select {
-		case <-done:
+		if r.Completed() {
 			return nil
-		default:
 		}
 		rs.mu.Lock()
 		if rs.owner == ownerNone && !rs.ended {
@@ -203,10 +201,8 @@ func (c *conn) waitRecv(ctx context.Context, r *transport.Request) error {
 			c.wakeBackgroundLocked()
 			rs.mu.Unlock()
 		}
-		select {
-		case <-done:
+		if r.Completed() {
 			return nil
-		default:
 		}
 		if err != nil {
 			return err
@@ -218,15 +214,12 @@ func (c *conn) waitRecv(ctx context.Context, r *transport.Request) error {
 // ends. While it does, the frame reader may read a payload it has not
 // seen the header of yet straight into r's buffer (see readSpeculative).
 func (c *conn) readFor(ctx context.Context, r *transport.Request) error {
-	done := r.Completion()
 	c.renewDeadline()
 	c.fr.wantTag, c.fr.want = r.Tag, true
 	for {
-		select {
-		case <-done:
+		if r.Completed() {
 			c.release()
 			return nil
-		default:
 		}
 		err := c.fr.readFrame(false)
 		switch {
@@ -242,10 +235,10 @@ func (c *conn) readFor(ctx context.Context, r *transport.Request) error {
 			// unexpected ones, which only other operations can make:
 			// the background reader does that waiting, not this caller.
 			c.kickAndRelease()
-			return transport.AwaitDone(ctx, done)
+			return transport.AwaitRequest(ctx, r)
 		default:
 			c.readEnded(err) // nobody reads after this
-			return transport.AwaitDone(ctx, done)
+			return transport.AwaitRequest(ctx, r)
 		}
 	}
 }
@@ -265,14 +258,11 @@ func (c *conn) renewDeadline() {
 // waiting for the peer to read, and the peer may be waiting for us to
 // read its own writes: if nobody reads here, the background reader does.
 func (c *conn) waitSend(ctx context.Context, r *transport.Request) error {
-	done := r.Completion()
-	select {
-	case <-done:
+	if r.Completed() {
 		return nil
-	default:
 	}
 	c.nudge()
-	return transport.AwaitDone(ctx, done)
+	return transport.AwaitRequest(ctx, r)
 }
 
 // awaitTurn blocks the background reader until it has reason to read and

@@ -28,7 +28,7 @@ func socketControl(cfg *Config) func(network, address string, rc syscall.RawConn
 					return
 				}
 			}
-			if _, named := congestionChoices(cfg.Congestion, "", false); named {
+			if namesAlgorithm(cfg.Congestion) {
 				// Set on the listener too, so that an algorithm the
 				// kernel lacks fails every rank at once.
 				if serr = unix.SetsockoptString(s, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cfg.Congestion); serr != nil {

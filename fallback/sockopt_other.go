@@ -17,7 +17,7 @@ func socketControl(cfg *Config) func(network, address string, rc syscall.RawConn
 // setCongestion keeps the system's congestion control on this platform;
 // naming an algorithm is an error.
 func setCongestion(nc *net.TCPConn, policy string) (from, to string, err error) {
-	if _, strict := congestionChoices(policy, "", false); strict {
+	if namesAlgorithm(policy) {
 		return "", "", fmt.Errorf("choosing the TCP congestion control (%q) is supported on Linux only", policy)
 	}
 	return "", "", nil

@@ -289,16 +289,7 @@ func (m *Matcher) claim(peer int, tag Tag, desc Desc, n int, block bool) (Claime
 		}
 		if p, ok := m.posted[k]; ok {
 			delete(m.posted, k)
-			if p.desc != desc {
-				p.req.Complete(nil, m.mismatch(peer, tag, p.desc, desc))
-				return discard, nil
-			}
-			buf := p.buf
-			if cap(buf) < n {
-				buf = make([]byte, n)
-			}
-			m.claimed[p.req] = struct{}{}
-			return Claimed{m: m, dst: buf[:n], req: p.req}, nil
+			return m.takeLocked(p, peer, tag, desc, n, 0, nil), nil
 		}
 		if _, dup := m.unexpected[k]; dup {
 			return Claimed{}, errorf(ErrProtocol, "rank %d sent two messages with %v", peer, tag)
@@ -435,20 +426,30 @@ func (m *Matcher) ClaimReserved(peer int, tag Tag, desc Desc, n, landed int) (Cl
 		m.failKindMismatch(peer, tag, desc)
 		fail = m.mismatch(peer, tag, r.desc, desc)
 	}
-	if fail == nil && r.desc != desc {
-		fail = m.mismatch(peer, tag, r.desc, desc)
+	return m.takeLocked(r.posted, peer, tag, desc, n, landed, fail), nil
+}
+
+// takeLocked gives the message (peer, tag, desc) of n payload bytes, the
+// first landed of them already at the start of its buffer, to the receive
+// p, which is out of matching: into p's buffer, a larger one if the
+// message does not fit (the landed bytes copied), or nowhere when p fails
+// with fail or with a mismatch of the descriptors. Called with m.mu held.
+func (m *Matcher) takeLocked(p posted, peer int, tag Tag, desc Desc, n, landed int, fail error) Claimed {
+	if fail == nil && p.desc != desc {
+		fail = m.mismatch(peer, tag, p.desc, desc)
 	}
 	if fail != nil {
-		delete(m.claimed, r.req)
-		r.req.Complete(nil, fail)
-		return Claimed{m: m}, nil
+		delete(m.claimed, p.req) // reserved receives are in it
+		p.req.Complete(nil, fail)
+		return Claimed{m: m}
 	}
-	buf := r.buf
+	buf := p.buf
 	if cap(buf) < n {
 		buf = make([]byte, n)
-		copy(buf, r.buf[:landed])
+		copy(buf, p.buf[:landed])
 	}
-	return Claimed{m: m, dst: buf[:n], req: r.req}, nil
+	m.claimed[p.req] = struct{}{}
+	return Claimed{m: m, dst: buf[:n], req: p.req}
 }
 
 // Deliver files a whole message whose payload is already in memory (for

@@ -149,12 +149,9 @@ func (r *Request) String() string {
 }
 
 // AwaitRequest blocks until r completes (nil) or ctx ends (its error).
-func AwaitRequest(ctx context.Context, r *Request) error { return AwaitDone(ctx, r.done) }
-
-// AwaitDone blocks until done is closed (nil) or ctx ends (its error).
-func AwaitDone(ctx context.Context, done <-chan struct{}) error {
+func AwaitRequest(ctx context.Context, r *Request) error {
 	select {
-	case <-done:
+	case <-r.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -7,7 +7,7 @@ import (
 )
 
 // A waiter set by the transport runs in the waiting goroutine and may
-// complete the request itself; one that only blocks (AwaitDone) sees a
+// complete the request itself; one that only blocks (AwaitRequest) sees a
 // completion from elsewhere; a context ending is returned as is, unless
 // the request completed meanwhile.
 func TestRequestWaiter(t *testing.T) {
