@@ -2,65 +2,114 @@ package sparcml
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"time"
 
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
 )
 
 // calibrate measures the cost model's parameters for this job at start-up,
 // so AlgoAuto chooses with this network's latency and bandwidth rather than
-// a guess: ranks 0 and 1 time small round trips (alpha) and a 4 MiB
-// transfer (beta), rank 0 times a local reduction (gamma), and rank 0's
-// figures are broadcast so every rank holds the same model and makes the
-// same choices. SPARCML_CALIBRATE=0 keeps the defaults.
+// a guess. Every rank times a dense and a sparse reduction at once (ranks
+// sharing cores then see the contention a real run sees) and the lossless
+// index codec of exact sparse messages, and an allreduce keeps the slowest
+// rank's figures; two ranks time round trips of empty messages (alpha) and
+// one-way 4 MiB transfers into a posted receive (beta): rank 0 and the
+// lowest rank of another host when the job spans several (the network the
+// collectives cross, not a host's shared memory), else ranks 0 and 1. With
+// several hosts and a neighbour on rank 0's host, rank 0 also measures that
+// pair: the figures within a host, the model's LocalAlpha and LocalBeta,
+// for the algorithms that follow the hosts. Rank 0 broadcasts the figures
+// so every rank holds the same model and makes the same choices. Its
+// messages travel on the
+// library's own communicator (c.sys), so the user's operations are
+// numbered from 1. Init skips it when SPARCML_CALIBRATE=0.
 func (c *Comm) calibrate(ctx context.Context) error {
-	if c.Size() < 2 || os.Getenv("SPARCML_CALIBRATE") == "0" {
+	if c.Size() < 2 {
 		return nil
 	}
-	// Reduction speeds are measured on every rank at once, so ranks
-	// sharing cores see the contention a real run sees; the slowest
-	// counts.
-	gammas := []float64{measureGamma(), measureSparseGamma()}
-	if err := Allreduce(ctx, c, gammas, Max); err != nil {
-		return err
-	}
-	model := []float64{0, 0, gammas[0], gammas[1]}
-	switch c.Rank() {
-	case 0:
-		alpha, beta, err := pingPong(ctx, c, 1, true)
-		if err != nil {
+	if err := c.measure(ctx); err != nil {
+		// Name the operation as the library's, so its sequence number
+		// is not read as one of the user's: "rank 2: start-up
+		// allreduce seq 1 (peer 0): ...".
+		var te *transport.Error
+		if errors.As(err, &te) {
+			te.Op = "start-up " + te.Op
 			return err
 		}
-		model[0], model[1] = alpha, beta
-	case 1:
-		if _, _, err := pingPong(ctx, c, 0, false); err != nil {
-			return err
-		}
+		return fmt.Errorf("sparcml: rank %d: start-up calibration: %w", c.Rank(), err)
 	}
-	if err := Broadcast(ctx, c, model, 0); err != nil {
-		return err
-	}
-	m := collectives.CostModel{Alpha: model[0], Beta: model[1], Gamma: model[2], SparseGamma: model[3]}
-	if m.Alpha <= 0 || m.Beta <= 0 || m.Gamma <= 0 || m.SparseGamma <= 0 {
-		return fmt.Errorf("calibration gave an unusable model %+v", m)
-	}
-	c.model = m
 	return nil
 }
 
+// measure is calibrate's work.
+func (c *Comm) measure(ctx context.Context) error {
+	sys := c.sys
+	gammas := []float64{measureGamma(), measureSparseGamma(), measureIndexCodec()}
+	if err := Allreduce(ctx, sys, gammas, Max); err != nil {
+		return err
+	}
+	// model: alpha, beta, gamma, sparse gamma, then alpha and beta
+	// within rank 0's host (0 when not measured), then the index codec.
+	model := []float64{0, 0, gammas[0], gammas[1], 0, 0, gammas[2]}
+	for i, peer := range calibrationPeers(c.topo) {
+		var err error
+		switch c.Rank() {
+		case 0:
+			model[4*i], model[4*i+1], err = pingPong(ctx, sys, peer, true)
+		case peer:
+			_, _, err = pingPong(ctx, sys, 0, false)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := Broadcast(ctx, sys, model, 0); err != nil {
+		return err
+	}
+	m := collectives.CostModel{Alpha: model[0], Beta: model[1], Gamma: model[2], SparseGamma: model[3],
+		LocalAlpha: model[4], LocalBeta: model[5], IndexCodec: model[6]}
+	if m.Alpha <= 0 || m.Beta <= 0 || m.Gamma <= 0 || m.SparseGamma <= 0 || m.IndexCodec <= 0 {
+		return fmt.Errorf("unusable model %+v", m)
+	}
+	c.model = m
+	sys.model = m
+	return nil
+}
+
+// calibrationPeers are the ranks rank 0 measures alpha and beta with: the
+// first for the model (the lowest rank on another host when there are
+// several, else rank 1), the second, if any, its neighbour on its own host
+// when the first is not.
+func calibrationPeers(topo topology) []int {
+	if topo.hosts < 2 {
+		return []int{1}
+	}
+	far := slices.IndexFunc(topo.hostOf, func(h int) bool { return h != topo.hostOf[0] })
+	if near := topo.ranksOn(topo.hostOf[0]); len(near) > 1 {
+		return []int{far, near[1]}
+	}
+	return []int{far}
+}
+
 const (
-	calibrateRounds = 20
-	calibrateBytes  = 4 << 20
+	calibrateRounds    = 20
+	calibrateTransfers = 7
+	calibrateBytes     = 4 << 20
 )
 
-// pingPong runs between two ranks; the initiator returns alpha (half the
-// median empty round trip) and beta (seconds per byte of a one-way 4 MiB
-// transfer beyond its latency), clamped to sane ranges.
+// pingPong runs between two ranks: calibrateRounds round trips of empty
+// messages, then calibrateTransfers one-way transfers of calibrateBytes.
+// The initiator returns alpha, half the median round trip, and beta, the
+// median transfer (send plus the empty acknowledgement) less two alphas,
+// per byte; both clamped to ranges that keep a disturbed measurement from
+// giving an absurd model.
 func pingPong(ctx context.Context, c *Comm, peer int, initiator bool) (alpha, beta float64, err error) {
 	empty := []float32{}
 	big := make([]float32, calibrateBytes/4)
@@ -75,7 +124,7 @@ func pingPong(ctx context.Context, c *Comm, peer int, initiator bool) (alpha, be
 			err = Send(ctx, c, empty, peer)
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("calibrate: %w", err)
+			return 0, 0, err
 		}
 		rtts = append(rtts, time.Since(t0).Seconds())
 	}
@@ -83,11 +132,11 @@ func pingPong(ctx context.Context, c *Comm, peer int, initiator bool) (alpha, be
 	// post theirs), so the figure is the wire's, not an unexpected
 	// message's extra copy: the responder posts, says ready, receives and
 	// acknowledges; the initiator times send plus acknowledgement.
-	transfers := make([]float64, 0, 7)
-	for i := 0; i < 7; i++ {
+	transfers := make([]float64, 0, calibrateTransfers)
+	for i := 0; i < calibrateTransfers; i++ {
 		if initiator {
 			if err = Recv(ctx, c, empty, peer); err != nil {
-				return 0, 0, fmt.Errorf("calibrate: %w", err)
+				return 0, 0, err
 			}
 			t0 := time.Now()
 			if err = Send(ctx, c, big, peer); err == nil {
@@ -103,7 +152,7 @@ func pingPong(ctx context.Context, c *Comm, peer int, initiator bool) (alpha, be
 			}
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("calibrate: %w", err)
+			return 0, 0, err
 		}
 	}
 	if !initiator {
@@ -116,7 +165,8 @@ func pingPong(ctx context.Context, c *Comm, peer int, initiator bool) (alpha, be
 	return alpha, beta, nil
 }
 
-// measureGamma times a dense float32 sum: seconds per byte reduced.
+// measureGamma times a dense float32 sum of two 1Mi-element vectors, the
+// best of five: seconds per byte of the vector reduced.
 func measureGamma() float64 {
 	a := make([]float32, 1<<20)
 	b := make([]float32, 1<<20)
@@ -130,10 +180,11 @@ func measureGamma() float64 {
 }
 
 // measureSparseGamma times the sparse kernel the SSAR algorithms reduce
-// with: a merge of two vectors of 64Ki random entries each in a dimension
-// of 4Mi. Seconds per byte of entries (index and value) merged.
+// with: a merge of two vectors of up to 400Ki random entries (about 10%,
+// fewer after duplicates are dropped) in a dimension of 4Mi, the best of
+// five. Seconds per byte of entries (index and value) merged.
 func measureSparseGamma() float64 {
-	// 10% of 4Mi: large enough to leave the caches, as real gradients do.
+	// Large enough to leave the caches, as real gradients do.
 	const dim, nnz = 4 << 20, 400 << 10
 	mk := func(seed uint64) *sparse.Vector[float32] {
 		r := rand.New(rand.NewPCG(seed, 7))
@@ -156,6 +207,37 @@ func measureSparseGamma() float64 {
 		best = min(best, time.Since(t0).Seconds())
 	}
 	return clamp(best/float64(8*(len(a.Indices)+len(b.Indices))), 1e-12, 1e-7)
+}
+
+// measureIndexCodec times the lossless index codec of exact sparse
+// messages (quant's index stream, which sparse.AppendEncodePacked writes
+// and Decode reads) on 64Ki uniformly spread indices in a dimension of
+// 4Mi (about 1.6%, mean gap 64), the best of five encode-decode pairs:
+// seconds per index for both sides together (CostModel.IndexCodec).
+func measureIndexCodec() float64 {
+	const dim, nnz = 4 << 20, 64 << 10
+	r := rand.New(rand.NewPCG(3, 7))
+	idx := make([]uint32, nnz)
+	for i := range idx {
+		idx[i] = uint32(r.IntN(dim))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	buf := make([]byte, quant.MaxIndicesSize(len(idx), quant.IndexAuto))
+	out := make([]uint32, len(idx))
+	best := 1.0
+	for i := 0; i < 5; i++ {
+		t0 := time.Now()
+		enc, err := quant.EncodeIndices(buf, idx, quant.IndexAuto)
+		if err == nil {
+			_, err = quant.DecodeIndices(out, enc, dim)
+		}
+		if err != nil {
+			return 1e-7
+		}
+		best = min(best, time.Since(t0).Seconds())
+	}
+	return clamp(best/float64(len(idx)), 1e-10, 1e-6)
 }
 
 func clamp(x, lo, hi float64) float64 { return min(max(x, lo), hi) }

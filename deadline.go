@@ -9,9 +9,10 @@ import (
 // Operations whose context has no deadline get the communicator's default
 // timeout. A context.WithTimeout per operation would arm a runtime timer
 // per operation, and arming a timer can wake an idle thread to re-plan
-// the network poller's sleep: on a 2-core machine that costs about as
-// much as a small message (docs/PERFORMANCE.md, "p2p": 6.2 against 4.7
-// context switches per round trip). So operations started close together
+// the network poller's sleep: more context switches per small message
+// when cores are few (perf stat of sparcml bench --op p2p with and
+// without shared deadlines; docs/PERFORMANCE.md, "Point-to-point over
+// TCP", "What the transport adds"). So operations started close together
 // whose contexts are cancelled together (the same Done channel: the same
 // parent, or none) share one deadline context: a new one is made at most
 // once per deadlineSlack(timeout), with its deadline that much later, so
@@ -20,7 +21,7 @@ import (
 // operation may still use it); it ends by its deadline, or at Close, so at
 // most (timeout + slack) / slack of them, about 65, are alive at once. An
 // operation whose parent differs from the current window's gets a context
-// of its own, released when it ends, as before. Operation contexts carry
+// of its own, released when it ends. Operation contexts carry
 // cancellation only: nothing below reads their values.
 type sharedDeadlines struct {
 	mu         sync.Mutex

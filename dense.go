@@ -8,7 +8,9 @@ import (
 )
 
 // Allreduce reduces data element-wise across all ranks with red and leaves
-// the result in data on every rank. Every rank must pass the same length.
+// the result in data on every rank. Every rank must pass the same length
+// and the same red. Avg leaves the sum divided by Size(), computed once on
+// the complete sum. Under WithQuant, red must be Sum or Avg.
 func Allreduce[T Float](ctx context.Context, c *Comm, data []T, red ReduceOp, opts ...CallOption) error {
 	return c.run(ctx, "allreduce", allreduceFn(c, data, red), opts)
 }
@@ -24,19 +26,18 @@ func allreduceFn[T Float](c *Comm, data []T, red ReduceOp) opFunc {
 		if cc.quant == QuantNone {
 			return collectives.Allreduce(op, data, red, cc.algo, c.model)
 		}
-		if red != Sum {
-			return AlgoQuantizedSplit, op.Fail(fmt.Errorf("%w: low-precision allreduce supports sum only, not %v", ErrInvalid, red))
-		}
 		codec, err := codecFor(cc, op.Rank(), op.Seq)
 		if err != nil {
 			return AlgoQuantizedSplit, op.Fail(fmt.Errorf("%w: %w", ErrInvalid, err))
 		}
-		return AlgoQuantizedSplit, collectives.QuantizedAllreduce(op, data, codec)
+		return AlgoQuantizedSplit, collectives.QuantizedAllreduce(op, data, red, codec)
 	}
 }
 
 // ReduceScatter reduces in (Size() blocks of len(out) elements) across
-// ranks and leaves block Rank() of the result in out (NCCL semantics).
+// ranks with red and leaves block Rank() of the result in out (NCCL
+// semantics). Every rank must pass the same lengths and red; Avg divides
+// the sum by Size().
 func ReduceScatter[T Float](ctx context.Context, c *Comm, in, out []T, red ReduceOp, opts ...CallOption) error {
 	return c.run(ctx, "reduce-scatter", reduceScatterFn(in, out, red), opts)
 }

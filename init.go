@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/bootstrap"
-	"github.com/sparcml/sparcml/fallback"
-	"github.com/sparcml/sparcml/transport"
+	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/logging"
 )
 
 // Init joins the job this process belongs to: it reads rank, size,
@@ -18,79 +18,156 @@ import (
 // README's table of variables) unless options give them, meets the other
 // ranks through rank 0's store, and connects the transport. It returns
 // when every rank is connected, or fails with an error that says what was
-// missing or unreachable.
+// missing or unreachable; an invalid value of any SPARCML_* variable is
+// such an error, naming the variable.
+//
+// A process started without any launcher (no rank and size in its
+// environment, and no SPARCML_ADDR) gets a one-rank communicator, as an
+// MPI program started without mpirun does; an incomplete launcher
+// environment, such as a rank without a size, is an error.
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
-	env, err := resolveEnv(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if _, has := ctx.Deadline(); !has && cfg.initTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.initTimeout)
-		defer cancel()
-	}
-	logf := cfg.logf
-	if strings.Contains(env.TokenSource, "not secret") {
-		logf("rank %d: warning: SPARCML_TOKEN is not set; using a token %s", env.Rank, env.TokenSource)
-	}
-	store, err := bootstrap.Connect(ctx, env, logf)
+	started := time.Now()
+	s, err := config.Load(os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("sparcml: %w", err)
 	}
-	t, err := connectTransport(ctx, cfg, env, store, logf)
+	o := newOptions(opts)
+	log := newLogger(o, s)
+	env, err := resolveEnv(o, s)
 	if err != nil {
-		store.Close()
-		return nil, fmt.Errorf("sparcml: rank %d: %w", env.Rank, err)
+		return nil, err
 	}
-	c := newComm(t, env.Timeout, logf)
+	log = log.WithRank(env.Rank)
+	if env.Rank == 0 {
+		logSettings(log, s)
+	}
+	if env.Launcher == launcherNone {
+		log.Infof(logging.Init, "no launcher environment (%s): running as a one-rank job", noLauncherHint)
+	}
+	initTimeout := s.InitTimeout
+	if o.initTimeoutSet {
+		initTimeout = o.initTimeout
+	}
+	if _, has := ctx.Deadline(); has {
+		initTimeout = 0 // the caller's deadline, not the variable, bounds Init
+	} else if initTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, initTimeout)
+		defer cancel()
+	}
+	if env.Rank == 0 && strings.Contains(env.TokenSource, "not secret") {
+		log.Warnf(logging.Init, "SPARCML_TOKEN is not set; every rank uses a token %s", env.TokenSource)
+	}
+	var store bootstrap.Store
+	if env.Size > 1 {
+		if store, err = bootstrap.Connect(ctx, env, log); err != nil {
+			return nil, launchFailure(ctx, fmt.Errorf("sparcml: %w", err), env.Rank, nil, initTimeout)
+		}
+	}
+	ctx, cancelInit := context.WithCancelCause(ctx)
+	defer cancelInit(nil)
+	stopWatch := bootstrap.OnLaunchFailure(store, func(le *bootstrap.LaunchError) { cancelInit(le) })
+	topo := oneHost(env.Size)
+	if env.Size > 1 {
+		hosts, err := bootstrap.ExchangeHosts(ctx, store, env.Rank, env.Size, bootstrap.HostKey())
+		if err != nil {
+			stopWatch()
+			err = launchFailure(ctx, fmt.Errorf("sparcml: rank %d: %w", env.Rank, err), env.Rank, store, initTimeout)
+			store.Close()
+			return nil, err
+		}
+		topo = newTopology(hosts)
+	}
+	t, err := connectTransport(ctx, o, s, env, store, topo, log)
+	stopWatch()
+	if err != nil {
+		err = launchFailure(ctx, err, env.Rank, store, initTimeout)
+		if store != nil {
+			store.Close()
+		}
+		return nil, err
+	}
+	c := newComm(t, env.Timeout, log)
 	c.store = store
-	if err := c.calibrate(ctx); err != nil {
+	c.topo, c.sys.topo = topo, topo
+	c.startDiag(s, store)
+	if err := c.setPeerLoss(o, s); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("sparcml: rank %d: %w", env.Rank, err)
+		return nil, err
+	}
+	if s.Calibrate {
+		if err := c.calibrate(ctx); err != nil {
+			if lostElsewhere(err) {
+				c.failBeforeClose(err) // the peers hear the cause from this rank's goodbye
+			}
+			c.Close()
+			return nil, err
+		}
 	}
 	if env.Rank == 0 {
 		m := c.model
-		logf("cost model: alpha %.1f us, beta %.2f GB/s, dense reduce %.2f GB/s, sparse merge %.2f GB/s",
-			m.Alpha*1e6, 1e-9/m.Beta, 1e-9/m.Gamma, 1e-9/m.SparseGamma)
+		log.Infof(logging.Init, "cost model: alpha %.1f us, beta %.2f GB/s, dense reduce %.2f GB/s, sparse merge %.2f GB/s, index codec %.1f ns/index (%s)",
+			m.Alpha*1e6, 1e-9/m.Beta, 1e-9/m.Gamma, 1e-9/m.SparseGamma, m.IndexCodec*1e9, calibrationSource(s, env, topo))
+		if m.LocalBeta > 0 {
+			log.Infof(logging.Init, "cost model within host 0 (ranks 0 and %d): alpha %.1f us, beta %.2f GB/s",
+				calibrationPeers(topo)[1], m.LocalAlpha*1e6, 1e-9/m.LocalBeta)
+		}
+		log.Versionf("version %s: %d rank%s, transport %s, launcher %s, ready in %v",
+			buildVersion(), env.Size, plural(env.Size), t.Name(), env.Launcher, time.Since(started).Round(time.Millisecond))
 	}
 	return c, nil
 }
 
+// launcherNone is the launcher of a process started on its own.
+const launcherNone = "none"
+
+const noLauncherHint = "start it with sparcml run, torchrun, mpirun or srun to join a job"
+
 // resolveEnv merges the launcher's environment with explicit options.
-func resolveEnv(cfg config) (bootstrap.Env, error) {
-	env, envErr := bootstrap.FromEnv(os.Getenv)
-	if cfg.rank >= 0 || cfg.size >= 0 {
+func resolveEnv(o options, s *config.Settings) (bootstrap.Env, error) {
+	own := bootstrap.Settings{Rank: s.Rank, Size: s.Size, Addr: s.Addr, Token: s.Token,
+		Port: s.Port, IfName: s.IfName, Timeout: s.Timeout}
+	env, envErr := bootstrap.FromEnv(own, os.Getenv)
+	switch {
+	case o.rank >= 0 || o.size >= 0:
 		if envErr != nil {
 			// Options stand in for the launcher; keep what the
 			// environment could still say (token, timeout, interface).
-			env = bootstrap.Env{Launcher: "options", Timeout: 5 * time.Minute}
-			env.Addr = os.Getenv("SPARCML_ADDR")
-			if tok := os.Getenv("SPARCML_TOKEN"); tok != "" {
-				env.Token, env.TokenSource = []byte(tok), "SPARCML_TOKEN"
+			env = bootstrap.Env{Launcher: "options", Addr: s.Addr, IfName: s.IfName, Timeout: s.Timeout}
+			if s.Token != "" {
+				env.Token, env.TokenSource = []byte(s.Token), "SPARCML_TOKEN"
 			}
-			env.IfName = os.Getenv("SPARCML_IFNAME")
-			envErr = nil
 		}
-		env.Rank, env.Size = cfg.rank, cfg.size
-	}
-	if envErr != nil {
+		env.Rank, env.Size = o.rank, o.size
+	case errors.Is(envErr, bootstrap.ErrNoLauncher) && s.Addr == "" && o.addr == "":
+		env = bootstrap.Env{Launcher: launcherNone, Rank: 0, Size: 1, IfName: s.IfName, Timeout: s.Timeout}
+	case errors.Is(envErr, bootstrap.ErrNoLauncher):
+		return env, fmt.Errorf("sparcml: a rendezvous address is set (SPARCML_ADDR or WithAddr) but not this process's rank and size: %w", envErr)
+	case envErr != nil:
 		return env, fmt.Errorf("sparcml: %w", envErr)
 	}
-	if cfg.addr != "" {
-		env.Addr = cfg.addr
+	if o.addr != "" {
+		env.Addr, env.AddrSource = o.addr, "WithAddr"
 	}
-	if cfg.token != "" {
-		env.Token, env.TokenSource = []byte(cfg.token), "option"
+	if o.token != "" {
+		env.Token, env.TokenSource = []byte(o.token), "WithToken"
 	}
-	if cfg.ifname != "" {
-		env.IfName = cfg.ifname
+	if o.ifname != "" {
+		env.IfName = o.ifname
 	}
-	if cfg.timeoutSet {
-		env.Timeout = cfg.timeout
+	if o.timeoutSet {
+		env.Timeout = o.timeout
+	}
+	if env.Size == 1 && env.Rank == 0 {
+		// A one-rank job needs no rendezvous; its transport still wants
+		// a token, which nobody else needs to know.
+		if len(env.Token) == 0 {
+			env.Token, env.TokenSource = []byte(bootstrap.NewToken()), "generated for a one-rank job"
+		}
+		if env.Timeout < 0 {
+			return env, fmt.Errorf("sparcml: %w: negative timeout %v", ErrInvalid, env.Timeout)
+		}
+		return env, nil
 	}
 	if err := env.Validate(); err != nil {
 		return env, fmt.Errorf("sparcml: %w", err)
@@ -98,80 +175,34 @@ func resolveEnv(cfg config) (bootstrap.Env, error) {
 	return env, nil
 }
 
-// connectTransport agrees on a transport with every rank (rank 0 decides
-// from what each rank can do, so a job never mixes transports) and
-// connects it.
-func connectTransport(ctx context.Context, cfg config, env bootstrap.Env, store bootstrap.Store, logf func(string, ...any)) (transport.Transport, error) {
-	want := strings.ToLower(cfg.transport)
-	if want == "" {
-		want = "auto"
-	}
-	if want != "auto" && want != "tcp" && want != "rdma" {
-		return nil, fmt.Errorf("%w: unknown transport %q (want auto, tcp or rdma)", ErrInvalid, cfg.transport)
-	}
-	chosen, err := agreeTransport(ctx, env, store, want)
-	if err != nil {
-		return nil, err
-	}
-	ip, iface, err := bootstrap.ChooseAddr(env.IfName, env.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("choose network interface: %w", err)
-	}
-	logf("rank %d/%d: transport %s, interface %s (%s), launcher %s", env.Rank, env.Size, chosen, iface, ip, env.Launcher)
-	switch chosen {
-	case "rdma":
-		return newRDMA(ctx, env, store, logf)
-	default:
-		return fallback.New(ctx, fallback.Config{
-			Rank: env.Rank, Size: env.Size, Store: store, Token: env.Token,
-			ListenIP: ip, Logf: logf,
-		})
+// logSettings says, once per job (on rank 0), which variables were set.
+func logSettings(log *logging.Logger, s *config.Settings) {
+	if set := s.SetVars(); len(set) > 0 {
+		log.Infof(logging.Env, "%s", strings.Join(set, " "))
+	} else {
+		log.Infof(logging.Env, "no SPARCML_* variable set: defaults everywhere")
 	}
 }
 
-// agreeTransport: every rank publishes whether it can do RDMA; rank 0
-// picks one transport for all and publishes it.
-func agreeTransport(ctx context.Context, env bootstrap.Env, store bootstrap.Store, want string) (string, error) {
-	canRDMA := "no"
-	if want != "tcp" {
-		if err := rdmaAvailable(env); err != nil {
-			canRDMA = "no: " + err.Error()
-		} else {
-			canRDMA = "yes"
-		}
+// calibrationSource says where the cost model's figures came from.
+func calibrationSource(s *config.Settings, env bootstrap.Env, topo topology) string {
+	switch {
+	case !s.Calibrate:
+		return "defaults: SPARCML_CALIBRATE=0"
+	case env.Size == 1:
+		return "defaults: one rank"
 	}
-	if err := store.Set(ctx, fmt.Sprintf("transport/can-rdma/%d", env.Rank), []byte(canRDMA)); err != nil {
-		return "", err
+	peer := calibrationPeers(topo)[0]
+	where := "on one host"
+	if topo.hostOf[peer] != topo.hostOf[0] {
+		where = fmt.Sprintf("hosts %d and %d", topo.hostOf[0], topo.hostOf[peer])
 	}
-	if env.Rank == 0 {
-		chosen := "tcp"
-		if want != "tcp" {
-			chosen = "rdma"
-			for r := 0; r < env.Size; r++ {
-				v, err := store.Get(ctx, fmt.Sprintf("transport/can-rdma/%d", r))
-				if err != nil {
-					return "", err
-				}
-				if string(v) != "yes" {
-					if want == "rdma" {
-						chosen = fmt.Sprintf("error: %s (on rank %d)", strings.TrimPrefix(string(v), "no: "), r)
-					} else {
-						chosen = "tcp"
-					}
-					break
-				}
-			}
-		}
-		if err := store.Set(ctx, "transport/chosen", []byte(chosen)); err != nil {
-			return "", err
-		}
+	return fmt.Sprintf("measured at start-up between ranks 0 and %d, %s", peer, where)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
 	}
-	v, err := store.Get(ctx, "transport/chosen")
-	if err != nil {
-		return "", err
-	}
-	if s := string(v); strings.HasPrefix(s, "error: ") {
-		return "", errors.New(strings.TrimPrefix(s, "error: "))
-	}
-	return string(v), nil
+	return "s"
 }

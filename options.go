@@ -1,87 +1,91 @@
 package sparcml
 
 import (
-	"os"
-	"strconv"
 	"time"
+
+	"github.com/sparcml/sparcml/logging"
 )
 
 // Option adjusts Init, NewComm or Local. Options override the environment.
-type Option func(*config)
+type Option func(*options)
 
-type config struct {
-	rank, size  int // -1: from the environment
-	addr        string
-	token       string
-	ifname      string
-	transport   string
-	timeout     time.Duration
-	timeoutSet  bool
-	initTimeout time.Duration
-	logf        func(format string, args ...any)
+// options are what the Options set; the zero value of each field (or its
+// set flag) means "from the environment, else the default".
+type options struct {
+	rank, size     int // -1: not set
+	addr           string
+	token          string
+	ifname         string
+	transport      string
+	timeout        time.Duration
+	timeoutSet     bool
+	initTimeout    time.Duration
+	initTimeoutSet bool
+	sink           logging.Sink
+	sinkSet        bool
+	onPeerLoss     string // "": SPARCML_ON_PEER_LOSS
 }
 
-func defaultConfig() config {
-	c := config{rank: -1, size: -1, initTimeout: 2 * time.Minute,
-		transport: os.Getenv("SPARCML_TRANSPORT"), logf: defaultLogger(os.Getenv("SPARCML_LOG"))}
-	if d, err := parseDuration(os.Getenv("SPARCML_INIT_TIMEOUT")); err == nil && d > 0 {
-		c.initTimeout = d
+func newOptions(opts []Option) options {
+	o := options{rank: -1, size: -1}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	return c
-}
-
-// parseDuration accepts Go durations ("90s") and plain seconds ("90").
-func parseDuration(s string) (time.Duration, error) {
-	if s == "" {
-		return 0, nil
-	}
-	if secs, err := strconv.ParseFloat(s, 64); err == nil {
-		return time.Duration(secs * float64(time.Second)), nil
-	}
-	return time.ParseDuration(s)
+	return o
 }
 
 // WithRank sets this process's rank and the job size instead of reading
 // them from the launcher's environment.
 func WithRank(rank, size int) Option {
-	return func(c *config) { c.rank, c.size = rank, size }
+	return func(o *options) { o.rank, o.size = rank, size }
 }
 
 // WithAddr sets the rendezvous address (host:port of rank 0's store), as
 // SPARCML_ADDR does.
-func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
+func WithAddr(addr string) Option { return func(o *options) { o.addr = addr } }
 
 // WithToken sets the job secret every connection is authenticated with, as
 // SPARCML_TOKEN does. All ranks must use the same token.
-func WithToken(token string) Option { return func(c *config) { c.token = token } }
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
 
 // WithInterface selects the network interface(s) to use, as SPARCML_IFNAME
 // does (NCCL_SOCKET_IFNAME syntax: "eth0", "^docker,lo", "=ib0").
-func WithInterface(ifname string) Option { return func(c *config) { c.ifname = ifname } }
+func WithInterface(ifname string) Option { return func(o *options) { o.ifname = ifname } }
 
-// WithTransport selects "auto" (RDMA when a usable device exists on every
-// rank, else TCP), "tcp" or "rdma", as SPARCML_TRANSPORT does.
-func WithTransport(name string) Option { return func(c *config) { c.transport = name } }
+// WithTransport selects the transports, as SPARCML_TRANSPORT does:
+// "auto" (shared memory between the ranks of a host; between hosts RDMA
+// when a usable device exists on every rank, else TCP), "shm" (shared
+// memory only: Init fails unless every rank is on one host), "tcp" or
+// "rdma" (that transport between every pair of ranks). Rank 0's choice
+// holds for the whole job.
+func WithTransport(name string) Option { return func(o *options) { o.transport = name } }
 
 // WithTimeout sets the default deadline of every operation whose context
 // has none, as SPARCML_TIMEOUT does; 0 disables it. An operation gets at
 // least d and at most d/64 (a second at most) more: operations started
-// close together share one deadline (see deadline.go).
+// close together share one deadline, which spares a timer per operation.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) { c.timeout, c.timeoutSet = d, true }
+	return func(o *options) { o.timeout, o.timeoutSet = d, true }
 }
 
 // WithInitTimeout bounds Init (rendezvous and connection set-up) when ctx
-// has no deadline; default 2 minutes.
-func WithInitTimeout(d time.Duration) Option { return func(c *config) { c.initTimeout = d } }
+// has no deadline, as SPARCML_INIT_TIMEOUT does (default 2 minutes); 0
+// leaves Init bounded by ctx alone.
+func WithInitTimeout(d time.Duration) Option {
+	return func(o *options) { o.initTimeout, o.initTimeoutSet = d, true }
+}
 
-// WithLogger sends the library's few log lines (interface and transport
-// chosen, refused connections) to logf instead of stderr.
+// WithLogger sends the library's log lines to logf instead of stderr, one
+// call per line, as logf("%s", line), each line already prefixed with
+// host, pid and rank ("node1:4242 [3] sparcml WARN tcp: ..."), so
+// log.Printf and testing.T.Logf fit. Which lines are written is still
+// chosen by SPARCML_DEBUG and SPARCML_DEBUG_SUBSYS (default: the start-up
+// line of rank 0 and warnings). A nil logf discards every line.
 func WithLogger(logf func(format string, args ...any)) Option {
-	return func(c *config) {
-		if logf == nil {
-			logf = func(string, ...any) {}
+	return func(o *options) {
+		o.sink, o.sinkSet = nil, true
+		if logf != nil {
+			o.sink = logging.PrintfSink(logf)
 		}
-		c.logf = logf
 	}
 }

@@ -50,7 +50,7 @@ func p2pDesc[T Float](n int) transport.Desc {
 // lives in the Request so that a message costs one allocation here: on a
 // small message the allocations and the cache lines they touch are a fair
 // share of the time the library adds to a round trip (docs/PERFORMANCE.md,
-// "p2p").
+// "Point-to-point over TCP", "What the transport adds").
 type p2pState struct {
 	op      collectives.Op
 	recv    bool

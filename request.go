@@ -129,6 +129,7 @@ type callConfig struct {
 	denseOut    bool
 	quant       Quant
 	quantBucket int
+	indices     IndexWire
 }
 
 // WithAlgo forces an algorithm instead of the cost model's choice. Every
@@ -154,7 +155,7 @@ func (c *Comm) run(ctx context.Context, kind string, fn opFunc, opts []CallOptio
 	op, release := c.nextOp(ctx)
 	defer release()
 	c.track(op.Seq)
-	_, err := fn(op, c.callConfig(opts))
+	_, err := c.traced(kind, fn)(op, c.callConfig(opts))
 	c.untrack(op.Seq, err)
 	return err
 }
@@ -173,7 +174,7 @@ func (c *Comm) start(ctx context.Context, kind string, fn opFunc, opts []CallOpt
 	c.track(op.Seq)
 	go func() {
 		defer release()
-		r.algo, r.err = fn(op, cc)
+		r.algo, r.err = c.traced(kind, fn)(op, cc)
 		c.untrack(op.Seq, r.err)
 		close(done)
 	}()
@@ -224,6 +225,9 @@ func (c *Comm) usable(kind string) error {
 	}
 	if c.closed.Load() {
 		return fmt.Errorf("sparcml: rank %d: %s: %w", c.Rank(), kind, transport.ErrClosed)
+	}
+	if err := c.rev.err(); err != nil {
+		return fmt.Errorf("sparcml: rank %d: %s: %w", c.Rank(), kind, err)
 	}
 	return nil
 }

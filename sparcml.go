@@ -23,14 +23,18 @@
 // bounded by its context and by the communicator's default timeout
 // (SPARCML_TIMEOUT); when a peer dies, every pending and later operation on
 // every surviving rank fails with an error naming it.
+//
+// The library logs to stderr as NCCL does: SPARCML_DEBUG chooses how much
+// (NONE, VERSION, WARN, INFO, TRACE; default WARN: rank 0's start-up line
+// and warnings), SPARCML_DEBUG_SUBSYS which subsystems, and WithLogger
+// where to. Every SPARCML_* variable is listed, with its default, in the
+// README's table of variables.
 package sparcml
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -38,6 +42,8 @@ import (
 
 	"github.com/sparcml/sparcml/bootstrap"
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -47,11 +53,12 @@ type Float = collectives.Float
 // ReduceOp is the reduction of Allreduce and ReduceScatter.
 type ReduceOp = collectives.ReduceOp
 
-// Reductions.
+// Reductions. Avg is Sum divided by the number of ranks (NCCL's ncclAvg).
 const (
 	Sum = collectives.Sum
 	Min = collectives.Min
 	Max = collectives.Max
+	Avg = collectives.Avg
 )
 
 // Algo names a collective algorithm; AlgoAuto lets the cost model choose.
@@ -63,6 +70,14 @@ const (
 	AlgoRing              = collectives.AlgoRing
 	AlgoRabenseifner      = collectives.AlgoRabenseifner
 	AlgoRecursiveDoubling = collectives.AlgoRecursiveDoubling
+	// AlgoHierarchical follows the hosts the ranks run on (Comm.Host):
+	// within each host, then across hosts once per host, then within
+	// again (docs/ALGORITHMS.md). Allreduce, ReduceScatter, Allgather,
+	// Broadcast and SparseAllreduce take it; it needs the same number of
+	// ranks on every host. AlgoAuto picks it for a dense allreduce when the
+	// calibration measured the link within a host and the model finds it
+	// faster.
+	AlgoHierarchical = collectives.AlgoHierarchical
 )
 
 // Error is the error every collective returns: rank, peer, operation,
@@ -89,7 +104,14 @@ type Comm struct {
 	pool    *collectives.Buffers
 	model   collectives.CostModel
 	store   bootstrap.Store
-	logf    func(format string, args ...any)
+	log     *logging.Logger
+	topo    topology // the host of every rank (topology.go)
+
+	// sys is the library's own communicator over the same transport,
+	// with its own sequence numbers, for start-up calibration and the
+	// barrier of Close: the user's operations are numbered from 1 as
+	// the user started them. nil on sys itself.
+	sys *Comm
 
 	seqMu sync.Mutex
 	seq   uint64
@@ -102,6 +124,16 @@ type Comm struct {
 
 	deadlines sharedDeadlines // the default timeout's contexts (deadline.go)
 
+	// world is the state shared by every communicator over the job's
+	// transport (split.go); members maps this communicator's ranks to
+	// the transport's, nil for the job's own communicator.
+	world   *world
+	members []int
+	rev     revocation // Revoke and lost peers (revoke.go)
+	shrinks uint64     // Shrink calls so far, under rev.mu
+
+	diag *diag // flight recorder and stall watchdog (stall.go); nil on sys
+
 	closed atomic.Bool
 }
 
@@ -111,11 +143,42 @@ func (c *Comm) Rank() int { return c.t.Rank() }
 // Size is the number of ranks in the job.
 func (c *Comm) Size() int { return c.t.Size() }
 
-// Transport is the name of the transport in use ("tcp", "rdma", "inmem").
+// Transport is the name of the transport in use ("tcp", "rdma", "shm",
+// "inmem"), or of the transports joined by "+" when peers are reached
+// through several ("shm+tcp": shared memory within the host, TCP to the
+// other hosts; TransportOf says which reaches a peer).
 func (c *Comm) Transport() string { return c.t.Name() }
 
-// Stats returns the transport's byte and message counters.
+// TransportOf names the transport that reaches peer ("" for this rank or
+// a rank out of range).
+func (c *Comm) TransportOf(peer int) string {
+	if peer < 0 || peer >= c.Size() || peer == c.Rank() {
+		return ""
+	}
+	if rt, ok := c.t.(*transport.Route); ok {
+		return rt.Via(peer).Name()
+	}
+	return c.t.Name()
+}
+
+// Stats returns the transport's byte and message counters, the start-up
+// measurement of the cost model included; for several transports, their
+// sum (StatsByTransport has each one's).
 func (c *Comm) Stats() transport.Stats { return c.t.Stats() }
+
+// StatsByTransport returns the counters of each transport in use, by
+// name: which carried what.
+func (c *Comm) StatsByTransport() map[string]transport.Stats {
+	parts := []transport.Transport{c.t}
+	if rt, ok := c.t.(*transport.Route); ok {
+		parts = rt.Parts()
+	}
+	m := make(map[string]transport.Stats, len(parts))
+	for _, t := range parts {
+		m[t.Name()] = t.Stats()
+	}
+	return m
+}
 
 // Timeout is the default deadline applied to every operation (0: none).
 func (c *Comm) Timeout() time.Duration { return c.timeout }
@@ -135,35 +198,91 @@ func (c *Comm) Abort(err error) {
 }
 
 // Close releases the communicator. For a communicator made by Init it is
-// collective, like MPI_Finalize: it first waits, for at most
-// closeQuiesce (or the default timeout when shorter), until every rank
-// has reached Close, so a rank that finished early does not tear down
-// connections a slower rank still needs for its last operation. Pending
-// operations then fail with ErrClosed.
+// collective, like MPI_Finalize: it first waits, for at most 30 seconds
+// (or the default timeout when shorter), until every rank has reached
+// Close, so a rank that finished early does not tear down connections a
+// slower rank still needs for its last operation. Pending operations then
+// fail with ErrClosed.
 func (c *Comm) Close() error {
 	if c.closed.Load() {
 		return nil
 	}
-	if c.store != nil && c.Size() > 1 && c.t.Err() == nil {
+	// After a timed-out operation (the transport is still up), or one that
+	// failed for another rank's loss, the other ranks may never reach
+	// Close: do not wait for them, and tell them why this rank goes
+	// (stall.go). Not where the survivors go on (per-peer model), nor for a
+	// derived communicator, whose transport is the job's.
+	stuck := c.diag.stuckErr()
+	mayFail := c.members == nil && !c.world.survives()
+	if !mayFail {
+		stuck = nil
+	}
+	if c.store != nil && c.Size() > 1 && c.t.Err() == nil && stuck == nil {
 		wait := closeQuiesce
 		if c.timeout > 0 && c.timeout < wait {
 			wait = c.timeout
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		_ = c.Barrier(ctx) // best effort: a dead or absent rank only delays Close
+		// Best effort: a dead or absent rank only delays Close; one lost
+		// meanwhile is a cause the peers must hear of, as after an
+		// operation.
+		if err := c.sys.Barrier(ctx); err != nil && lostElsewhere(err) && mayFail {
+			stuck = err
+		}
 		cancel()
 	}
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.diag.stop()
+	if stuck != nil {
+		c.failBeforeClose(stuck)
+		if c.store != nil {
+			bootstrap.ShortenClose(c.store)
+		}
+	}
 	err := c.t.Close()
 	c.deadlines.cancelAll()
+	c.sys.deadlines.cancelAll()
+	c.world.unregister(c)
+	if c.members != nil {
+		c.stopWatchingRevoke()
+	}
 	if c.store != nil {
 		if serr := c.store.Close(); err == nil {
 			err = serr
 		}
 	}
 	return err
+}
+
+// failBeforeClose makes the transport fail with err on this rank alone,
+// where it can, so that its goodbyes at Close carry err to the peers; a
+// transport that cannot (RDMA) aborts, and the peers see this rank lost,
+// with err where the transport's goodbye of an abort carries it.
+func (c *Comm) failBeforeClose(err error) {
+	err = closeCause(err)
+	if lf, ok := c.t.(transport.LocalFailer); ok {
+		lf.FailLocal(err)
+		return
+	}
+	c.t.Abort(err)
+}
+
+// closeCause is what this rank's goodbye tells the peers of err: the
+// cause, without this rank's "sparcml: rank R: op seq S" prefix, which
+// each peer's own error adds for itself (one prefix per error); a stall
+// report stays.
+func closeCause(err error) error {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return err
+	}
+	var se *stallError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w; %s", te.Err, se.report)
+	}
+	return te.Err
 }
 
 // closeQuiesce bounds how long Close waits for the other ranks.
@@ -177,7 +296,7 @@ func (c *Comm) nextOp(ctx context.Context) (*collectives.Op, context.CancelFunc)
 	seq := c.seq
 	c.seqMu.Unlock()
 	ctx, release := c.bounded(ctx)
-	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id, Seq: seq, Pool: c.pool}, release
+	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id, Seq: seq, Pool: c.pool, Topo: c.collTopology()}, release
 }
 
 // bounded returns ctx, bounded by the default timeout if it has no
@@ -189,48 +308,72 @@ func (c *Comm) bounded(ctx context.Context) (context.Context, context.CancelFunc
 	return c.deadlines.bound(ctx, c.timeout)
 }
 
-// newComm wraps a connected transport.
-func newComm(t transport.Transport, timeout time.Duration, logf func(string, ...any)) *Comm {
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
-	return &Comm{t: t, id: 1, timeout: timeout, pool: &collectives.Buffers{},
-		model: collectives.DefaultCostModel, logf: logf}
+// User communicators have id 1; the library's own (Comm.sys) has this
+// bit set as well, so its messages never match the user's.
+const (
+	userCommID = 1
+	sysCommBit = 1 << 30
+)
+
+// newComm wraps a connected transport; log is already tagged with the
+// rank.
+func newComm(t transport.Transport, timeout time.Duration, log *logging.Logger) *Comm {
+	c := &Comm{t: t, id: userCommID, timeout: timeout, pool: &collectives.Buffers{},
+		model: collectives.DefaultCostModel, log: log, topo: oneHost(t.Size())}
+	c.sys = &Comm{t: t, id: userCommID | sysCommBit, timeout: timeout, pool: c.pool,
+		model: collectives.DefaultCostModel, topo: c.topo}
+	c.world = newWorld(t)
+	c.sys.world = c.world
+	c.world.register(c)
+	c.watchRevoke()
+	return c
 }
 
 // NewComm makes a communicator over an already connected transport, for
 // embedding sparcml in a runtime that sets up its own connections (and for
-// tests over transport.NewInMemory).
+// tests over transport.NewInMemory). Of the environment it reads only
+// SPARCML_DEBUG and SPARCML_DEBUG_SUBSYS; if any SPARCML_* variable is
+// invalid it logs the error as a warning and uses the defaults (Local
+// returns that error instead).
 func NewComm(t transport.Transport, opts ...Option) *Comm {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+	s, err := config.Load(os.Getenv)
+	if err != nil {
+		s, _ = config.Load(func(string) string { return "" })
 	}
-	c := newComm(t, cfg.timeout, cfg.logf)
+	c := newCommOptions(t, newOptions(opts), s)
+	if err != nil {
+		c.log.Warnf(logging.Env, "%v; using the defaults", err)
+	}
+	return c
+}
+
+func newCommOptions(t transport.Transport, o options, s *config.Settings) *Comm {
+	c := newComm(t, o.timeout, newLogger(o, s).WithRank(t.Rank()))
+	c.startDiag(s, nil)
 	return c
 }
 
 // Local starts a job of size ranks inside this process, connected by the
 // in-memory transport: useful for examples, tests and single-process
-// experiments. Close every communicator when done.
+// experiments. Of the environment it reads only SPARCML_DEBUG and
+// SPARCML_DEBUG_SUBSYS, and fails if any SPARCML_* variable is invalid.
+// Close every communicator when done.
 func Local(size int, opts ...Option) ([]*Comm, error) {
 	if size < 1 {
-		return nil, fmt.Errorf("%w: job size %d < 1", ErrInvalid, size)
+		return nil, fmt.Errorf("sparcml: %w: job size %d < 1", ErrInvalid, size)
 	}
+	s, err := config.Load(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("sparcml: %w", err)
+	}
+	o := newOptions(opts)
 	ts := transport.NewInMemory(size)
 	comms := make([]*Comm, size)
 	for r, t := range ts {
-		comms[r] = NewComm(t, opts...)
+		comms[r] = newCommOptions(t, o, s)
+		if err := comms[r].setPeerLoss(o, s); err != nil {
+			return nil, err
+		}
 	}
 	return comms, nil
-}
-
-// defaultLogger logs to stderr with a rank prefix unless SPARCML_LOG=off.
-func defaultLogger(level string) func(string, ...any) {
-	if level == "off" || level == "none" || level == "quiet" {
-		return func(string, ...any) {}
-	}
-	var w io.Writer = os.Stderr
-	l := log.New(w, "sparcml: ", 0)
-	return func(format string, args ...any) { l.Printf(format, args...) }
 }

@@ -2,17 +2,16 @@ package sparcml
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/sparcml/sparcml/collectives"
-	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
 )
 
-// SparseVector is a vector of a dimension holding either sorted unique
-// (index, value) pairs or all its values (see package sparse).
-type SparseVector[T Float] = sparse.Vector[T]
-
 // SparseStats describes one sparse allreduce on this rank: the algorithm
-// chosen, nonzero counts in and out, and the cost model's predictions.
+// that ran (never AlgoAuto once the call succeeded), nonzero counts in and
+// out, and the cost model's predictions.
 type SparseStats = collectives.SparseStats
 
 // Sparse allreduce algorithms (SparCML's three and the allgather baseline).
@@ -28,63 +27,99 @@ const (
 // of equal ranges, so skewed indices do not overload one owner.
 func WithBalancedRanges() CallOption { return func(c *callConfig) { c.balanced = true } }
 
+// IndexWire says how a sparse allreduce of exact values sends its
+// indices: IndexAuto (the default: the calibrated cost model packs them
+// where the network is slow enough for the bytes saved to outweigh the
+// packing), IndexRaw or IndexPacked (lossless delta and bit-packing).
+// Messages say in-band which they carry, so every rank may choose its own.
+type IndexWire = collectives.IndexWire
+
+// Index wires for WithIndices.
+const (
+	IndexAuto   = collectives.IndexAuto
+	IndexRaw    = collectives.IndexRaw
+	IndexPacked = collectives.IndexPacked
+)
+
+// WithIndices sets how a sparse allreduce of exact values sends its
+// indices (ignored under WithQuant, whose messages always pack them).
+func WithIndices(w IndexWire) CallOption { return func(c *callConfig) { c.indices = w } }
+
+// ParseIndexWire parses "auto", "raw" or "packed", ignoring case.
+func ParseIndexWire(s string) (IndexWire, error) {
+	for _, w := range []IndexWire{IndexAuto, IndexRaw, IndexPacked} {
+		if strings.EqualFold(s, w.String()) {
+			return w, nil
+		}
+	}
+	return IndexAuto, fmt.Errorf("%w: index wire %q: want auto, raw or packed", ErrInvalid, s)
+}
+
 // WithDenseOutput asks for the sparse allreduce's result in dense form
 // even when the sparse form would be smaller.
 func WithDenseOutput() CallOption { return func(c *callConfig) { c.denseOut = true } }
 
-// SparseAllreduce sums every rank's sparse vector in and leaves the sum in
-// out on every rank, moving only what is stored and switching to dense
-// exactly when that is smaller. Every rank must pass the same dimension;
-// each may bring any number of entries, zero included. out comes back in
-// whichever form is smaller (dense with WithDenseOutput or AlgoDSAR) and its
-// buffers are reused. By default the cost model chooses the algorithm from
-// every rank's nonzero count; WithAlgo forces one.
-func SparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVector[T], opts ...CallOption) (SparseStats, error) {
+// SparseAllreduce reduces every rank's sparse vector in with red, Sum or
+// Avg (the sum divided by Size()), and leaves the result in out on every
+// rank, moving only what is stored and switching to dense exactly when
+// that is smaller. Every rank must pass the same dimension and red; each
+// may bring any number of entries, zero included. out comes back in
+// whichever form is smaller (dense with WithDenseOutput or AlgoDSAR) and
+// its buffers are reused. By default the cost model chooses the algorithm
+// from every rank's nonzero count; WithAlgo forces one.
+func SparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVector[T], red ReduceOp, opts ...CallOption) (SparseStats, error) {
 	var st SparseStats
-	err := c.run(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, &st), opts)
+	err := c.run(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, red, &st), opts)
 	return st, err
 }
 
 // StartSparseAllreduce starts SparseAllreduce and returns at once; in and
 // out must not be touched until the request completes. The request's
 // SparseStats are valid once it has completed.
-func StartSparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVector[T], opts ...CallOption) *Request {
+func StartSparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVector[T], red ReduceOp, opts ...CallOption) *Request {
 	st := &SparseStats{}
-	r := c.start(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, st), opts)
+	r := c.start(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, red, st), opts)
 	r.sparse = st
 	return r
 }
 
-func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], st *SparseStats) opFunc {
+func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], red ReduceOp, st *SparseStats) opFunc {
 	return func(op *collectives.Op, cc callConfig) (Algo, error) {
 		s, err := collectives.SparseAllreduce(op, in, out, collectives.SparseOptions{
-			Algo: cc.algo, Model: c.model, Balanced: cc.balanced, DenseOut: cc.denseOut,
-			Quant: cc.quant, QuantSeed: quantSeed(op.Rank(), op.Seq),
+			Reduce: red, Algo: cc.algo, Model: c.model, Balanced: cc.balanced, DenseOut: cc.denseOut,
+			Quant: cc.quant, QuantSeed: quantSeed(op.Rank(), op.Seq), Indices: cc.indices,
 		})
 		*st = s
 		return s.Algo, err
 	}
 }
 
-// SparseAllgather delivers every rank's sparse vector to every rank:
-// out[r] holds rank r's in. out's vectors are reused when given.
-func SparseAllgather[T Float](ctx context.Context, c *Comm, in *SparseVector[T], out []*SparseVector[T], opts ...CallOption) ([]*SparseVector[T], error) {
-	err := c.run(ctx, "sparse-allgather", sparseAllgatherFn(in, &out), opts)
-	return out, err
+// SparseAllgather delivers every rank's sparse vector to every rank: on
+// return out[r] holds rank r's in, in whichever form is smaller. len(out)
+// must be Size(), as Allgather's out must be Size() times its in. Vectors
+// already in out are overwritten, reusing their buffers; nil entries are
+// allocated (so a caller that keeps out does not allocate in steady
+// state). Every rank must pass the same dimension.
+func SparseAllgather[T Float](ctx context.Context, c *Comm, in *SparseVector[T], out []*SparseVector[T], opts ...CallOption) error {
+	return c.run(ctx, "sparse-allgather", sparseAllgatherFn(in, out), opts)
 }
 
-// StartSparseAllgather starts SparseAllgather; *out holds the result once
-// the request completes.
-func StartSparseAllgather[T Float](ctx context.Context, c *Comm, in *SparseVector[T], out *[]*SparseVector[T], opts ...CallOption) *Request {
+// StartSparseAllgather starts SparseAllgather and returns at once; in and
+// out (the slice and its vectors) must not be touched until the request
+// completes.
+func StartSparseAllgather[T Float](ctx context.Context, c *Comm, in *SparseVector[T], out []*SparseVector[T], opts ...CallOption) *Request {
 	return c.start(ctx, "sparse-allgather", sparseAllgatherFn(in, out), opts)
 }
 
-func sparseAllgatherFn[T Float](in *SparseVector[T], out *[]*SparseVector[T]) opFunc {
+func sparseAllgatherFn[T Float](in *SparseVector[T], out []*SparseVector[T]) opFunc {
 	return func(op *collectives.Op, cc callConfig) (Algo, error) {
-		res, err := collectives.SparseAllgatherWith(op, in, *out, collectives.SparseAllgatherOptions{
+		if len(out) != op.Size() {
+			op.Desc = transport.Desc{Kind: transport.OpSparseAllgather} // names the operation in the error
+			return collectives.AlgoDirect, op.Fail(fmt.Errorf("%w: sparse allgather: len(out) = %d, want one vector per rank (%d)", ErrInvalid, len(out), op.Size()))
+		}
+		_, err := collectives.SparseAllgatherWith(op, in, out, collectives.SparseAllgatherOptions{
 			Quant: cc.quant, QuantSeed: quantSeed(op.Rank(), op.Seq),
 		})
-		*out = res
 		return collectives.AlgoDirect, err
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sparcml/sparcml/logging"
 )
 
 const (
@@ -36,24 +38,21 @@ const (
 // Connect joins the job's key-value store. On rank 0 it first starts the
 // store server on env.Addr's port. Every rank then dials env.Addr, retrying
 // with backoff until ctx ends, since rank 0 may start after the others.
-// logf receives the store's diagnostics (refused connections, ranks that
+// log receives the store's diagnostics (refused connections, ranks that
 // vanished); it may be nil.
-func Connect(ctx context.Context, env Env, logf func(format string, args ...any)) (Store, error) {
+func Connect(ctx context.Context, env Env, log *logging.Logger) (Store, error) {
 	if err := env.Validate(); err != nil {
 		return nil, err
 	}
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
 	var srv *server
 	if env.Rank == 0 {
-		ln, err := listenStore(ctx, env, logf)
+		ln, err := listenStore(ctx, env, log)
 		if err != nil {
 			return nil, err
 		}
-		srv = startServer(ln, env.Size, env.Token, logf)
+		srv = startServer(ln, env.Size, env.Token, log)
 	}
-	c, err := dialStore(ctx, env, logf)
+	c, err := dialStore(ctx, env, log)
 	if err != nil {
 		if srv != nil {
 			srv.stop()
@@ -69,11 +68,11 @@ func Connect(ctx context.Context, env Env, logf func(format string, args ...any)
 // on all addresses. A host name that resolves to loopback here may resolve
 // to a real address on the other nodes (Debian maps the host name to
 // 127.0.1.1), so that case listens everywhere.
-func listenStore(ctx context.Context, env Env, logf func(string, ...any)) (net.Listener, error) {
+func listenStore(ctx context.Context, env Env, log *logging.Logger) (net.Listener, error) {
 	host, port, _ := net.SplitHostPort(env.Addr) // checked by Validate
 	ip, local := localBindIP(ctx, host)
 	if !local {
-		logf("bootstrap: rank 0: warning: %s (%s) is not an address of this host; listening on all addresses, but the other ranks will dial %s",
+		log.Warnf(logging.Bootstrap, "%s (%s) is not an address of this host; listening on all addresses, but the other ranks will dial %s",
 			host, orDefault(env.AddrSource, "SPARCML_ADDR"), env.Addr)
 	}
 	bind := net.JoinHostPort(ip, port)
@@ -83,7 +82,7 @@ func listenStore(ctx context.Context, env Env, logf func(string, ...any)) (net.L
 		return nil, fmt.Errorf("bootstrap: rank 0: cannot listen for the rendezvous store on %s (%s from %s): %w",
 			bind, env.Addr, orDefault(env.AddrSource, "SPARCML_ADDR"), err)
 	}
-	logf("bootstrap: rank 0: rendezvous store listening on %v", ln.Addr())
+	log.Infof(logging.Bootstrap, "rendezvous store listening on %v", ln.Addr())
 	return ln, nil
 }
 
@@ -146,7 +145,9 @@ func (e *unreachableError) Error() string {
 	if e.source != "" {
 		src = " (" + e.source + ")"
 	}
-	return fmt.Sprintf("bootstrap: rank %d: cannot reach rendezvous store at %s%s: %v (tried for %v)",
+	// Rank 0 serves the store: name it, since a store that stopped
+	// answering is rank 0 gone, and the error must lead to it.
+	return fmt.Sprintf("bootstrap: rank %d: cannot reach rank 0's rendezvous store at %s%s: %v (tried for %v)",
 		e.rank, e.addr, src, shortNetError(e.last), roundElapsed(e.elapsed))
 }
 
@@ -179,7 +180,7 @@ func (e *permanentError) Unwrap() error { return e.err }
 // dialStore connects to the store at env.Addr, retrying until ctx ends. It
 // gives up a little before ctx's deadline so the caller gets the reason
 // rather than a bare "deadline exceeded".
-func dialStore(ctx context.Context, env Env, logf func(string, ...any)) (*client, error) {
+func dialStore(ctx context.Context, env Env, log *logging.Logger) (*client, error) {
 	start := time.Now()
 	giveUp, hasDeadline := ctx.Deadline()
 	if hasDeadline {
@@ -205,11 +206,11 @@ func dialStore(ctx context.Context, env Env, logf func(string, ...any)) (*client
 			attemptEnd = giveUp
 		}
 		actx, cancel := context.WithDeadline(ctx, attemptEnd)
-		c, err := dialOnce(actx, env, logf)
+		c, err := dialOnce(actx, env, log)
 		cancel()
 		if err == nil {
 			if attempt > 1 {
-				logf("bootstrap: rank %d: reached the rendezvous store at %s after %v", env.Rank, env.Addr, roundElapsed(time.Since(start)))
+				log.Infof(logging.Bootstrap, "reached the rendezvous store at %s after %v", env.Addr, roundElapsed(time.Since(start)))
 			}
 			return c, nil
 		}
@@ -223,7 +224,7 @@ func dialStore(ctx context.Context, env Env, logf func(string, ...any)) (*client
 			last = err
 		}
 		if time.Since(lastLog) >= retryLogEvery {
-			logf("bootstrap: rank %d: still waiting for the rendezvous store at %s (%s): %v", env.Rank, env.Addr, source, shortNetError(last))
+			log.Warnf(logging.Bootstrap, "still waiting for the rendezvous store at %s (%s): %v", env.Addr, source, shortNetError(last))
 			lastLog = time.Now()
 		}
 		// Jitter spreads the retries of many ranks over time.
@@ -245,7 +246,7 @@ func dialStore(ctx context.Context, env Env, logf func(string, ...any)) (*client
 
 // dialOnce makes one connection attempt: TCP connect, authentication and
 // hello. Failures that retrying cannot fix are *permanentError.
-func dialOnce(ctx context.Context, env Env, logf func(string, ...any)) (*client, error) {
+func dialOnce(ctx context.Context, env Env, log *logging.Logger) (*client, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", env.Addr)
 	if err != nil {
@@ -257,7 +258,7 @@ func dialOnce(ctx context.Context, env Env, logf func(string, ...any)) (*client,
 	br, err := clientHandshake(ctx, conn, env)
 	interrupted := !stop()
 	if err == nil && !interrupted {
-		return newClient(conn, br, env.Rank, logf), nil
+		return newClient(conn, br, env.Rank, log), nil
 	}
 	conn.Close()
 	if interrupted || ctx.Err() != nil {
@@ -272,6 +273,10 @@ func clientHandshake(ctx context.Context, conn net.Conn, env Env) (*bufio.Reader
 	deadline := time.Now().Add(handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
+	}
+	conn.SetWriteDeadline(deadline)
+	if _, err := conn.Write(encodeClaim(env.Rank)); err != nil {
+		return nil, fmt.Errorf("sending claim: %w", err)
 	}
 	if err := Authenticate(conn, env.Token, true, deadline); err != nil {
 		if errors.Is(err, ErrAuth) {
@@ -299,6 +304,8 @@ func clientHandshake(ctx context.Context, conn net.Conn, env Env) (*bufio.Reader
 		return br, nil
 	case opErr:
 		return nil, &permanentError{fmt.Errorf("the store refused this rank: %s", reply.value)}
+	case opFault:
+		return nil, &permanentError{&LaunchError{Cause: string(reply.value)}}
 	}
 	return nil, fmt.Errorf("%w: hello answered with %s", errMalformed, opName(reply.op))
 }
@@ -309,7 +316,7 @@ func clientHandshake(ctx context.Context, conn net.Conn, env Env) (*bufio.Reader
 type client struct {
 	rank      int
 	conn      net.Conn
-	logf      func(string, ...any)
+	log       *logging.Logger
 	srv       *server // rank 0 only: stopped by Close
 	closeWait time.Duration
 
@@ -326,11 +333,11 @@ type client struct {
 	closeErr   error
 }
 
-func newClient(conn net.Conn, br *bufio.Reader, rank int, logf func(string, ...any)) *client {
+func newClient(conn net.Conn, br *bufio.Reader, rank int, log *logging.Logger) *client {
 	c := &client{
 		rank:       rank,
 		conn:       conn,
-		logf:       logf,
+		log:        log,
 		closeWait:  defaultCloseWait,
 		bw:         bufio.NewWriter(conn),
 		nextID:     1, // 1 was the hello
@@ -352,12 +359,15 @@ func (c *client) readReplies(br *bufio.Reader) {
 		}
 		switch f.op {
 		case opOK, opValue, opErr:
+		case opFault:
+			c.fail(&LaunchError{Cause: string(f.value)})
+			return
 		default:
 			c.fail(fmt.Errorf("%w: store sent a %s frame", errMalformed, opName(f.op)))
 			return
 		}
 		if f.id == 0 && f.op == opErr {
-			c.fail(fmt.Errorf("the rendezvous store closed the connection: %s", f.value))
+			c.fail(fmt.Errorf("rank 0's rendezvous store closed the connection: %s", f.value))
 			return
 		}
 		c.mu.Lock()
@@ -520,7 +530,7 @@ func (c *client) errorf(op, key string, err error) error {
 }
 
 // errStoreLost: the connection to the store broke (EOF, reset, ...).
-var errStoreLost = errors.New("connection to the rendezvous store lost")
+var errStoreLost = errors.New("connection to rank 0's rendezvous store lost")
 
 // Close implements Store. It says goodbye to the store and closes the
 // connection. On rank 0 it then waits, up to 30 seconds, until every other
@@ -539,7 +549,7 @@ func (c *client) close() error {
 	<-c.readerDone
 	if c.srv != nil {
 		if err := c.srv.waitOthers(c.closeWait); err != nil {
-			c.logf("bootstrap: rank 0: stopping the rendezvous store: %v", err)
+			c.log.Warnf(logging.Bootstrap, "stopping the rendezvous store: %v", err)
 		}
 		c.srv.stop()
 	}

@@ -11,10 +11,6 @@ import (
 	"time"
 )
 
-// DefaultTimeout is the per-operation deadline used when SPARCML_TIMEOUT is
-// not set.
-const DefaultTimeout = 5 * time.Minute
-
 // MaxSize is the largest job size accepted; it keeps a mistyped size from
 // making rank 0 allocate per-rank state for billions of ranks.
 const MaxSize = 1 << 20
@@ -24,6 +20,19 @@ const MaxSize = 1 << 20
 // sharing a first node rarely collide.
 const slurmBasePort = 29500
 
+// Settings are sparcml's own variables as far as bootstrap uses them,
+// already read and validated by the caller (the public API reads every
+// SPARCML_* variable through one table): bootstrap itself reads only the
+// other launchers' variables.
+type Settings struct {
+	Rank, Size int           // SPARCML_RANK, SPARCML_SIZE; -1 when not set
+	Addr       string        // SPARCML_ADDR
+	Token      string        // SPARCML_TOKEN
+	Port       int           // SPARCML_PORT; 0 when not set
+	IfName     string        // SPARCML_IFNAME
+	Timeout    time.Duration // SPARCML_TIMEOUT: the default per-operation deadline, 0 for none
+}
+
 // Env describes this process's place in a job.
 type Env struct {
 	Rank, Size  int
@@ -31,8 +40,8 @@ type Env struct {
 	Token       []byte        // job secret
 	TokenSource string        // e.g. "SPARCML_TOKEN" or "derived from SLURM_JOB_ID (not secret)"
 	IfName      string        // SPARCML_IFNAME, may be ""
-	Timeout     time.Duration // default per-operation deadline from SPARCML_TIMEOUT; default 5m; "0" or "none" = no deadline
-	Launcher    string        // "sparcml", "torchrun", "mpirun", "srun"
+	Timeout     time.Duration // default per-operation deadline (SPARCML_TIMEOUT), 0 for none
+	Launcher    string        // "sparcml", "torchrun", "mpirun", "srun", or "none" for a one-rank job without a launcher
 
 	// AddrSource names the variables Addr came from (for example
 	// "SPARCML_ADDR" or "MASTER_ADDR:MASTER_PORT"), so that errors about
@@ -45,8 +54,33 @@ type launcher struct {
 	name              string
 	rankVar, sizeVar  string
 	altRank, altSize  string // a second spelling of the same pair, tried when the first is absent
-	rendezvousFromEnv func(getenv func(string) string, e *Env) error
-	derivedToken      func(getenv func(string) string) (token []byte, source string, ok bool)
+	rendezvousFromEnv func(l lookup, e *Env) error
+	derivedToken      func(l lookup) (token []byte, source string, ok bool)
+}
+
+// lookup reads the launchers' variables: sparcml's own from the settings,
+// the others' through getenv.
+type lookup struct {
+	own    Settings
+	getenv func(string) string
+}
+
+// get returns a launcher variable's value, "" when unset.
+func (l lookup) get(name string) string {
+	switch name {
+	case "SPARCML_RANK":
+		return countText(l.own.Rank)
+	case "SPARCML_SIZE":
+		return countText(l.own.Size)
+	}
+	return strings.TrimSpace(l.getenv(name))
+}
+
+func countText(n int) string {
+	if n < 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 // launchers in priority order. mpirun comes before srun because processes
@@ -76,21 +110,23 @@ var launchers = []launcher{
 	},
 }
 
-// FromEnv builds the job description from the launcher's environment
-// variables, read through getenv (os.Getenv in production). Our own
-// launcher's variables win over torchrun's, which win over mpirun's, which
-// win over srun's. SPARCML_ADDR always overrides the rendezvous address.
-func FromEnv(getenv func(string) string) (Env, error) {
-	get := func(name string) string { return strings.TrimSpace(getenv(name)) }
-	l, rankVar, sizeVar, err := detectLauncher(get)
+// FromEnv builds the job description from sparcml's own settings and the
+// other launchers' environment variables, read through getenv (os.Getenv
+// in production). Our own launcher's variables win over torchrun's, which
+// win over mpirun's, which win over srun's. SPARCML_ADDR always overrides
+// the rendezvous address. With no launcher's variables at all the error
+// wraps ErrNoLauncher.
+func FromEnv(own Settings, getenv func(string) string) (Env, error) {
+	lk := lookup{own: own, getenv: getenv}
+	l, rankVar, sizeVar, err := detectLauncher(lk.get)
 	if err != nil {
 		return Env{}, err
 	}
-	e := Env{Launcher: l.name, IfName: get("SPARCML_IFNAME")}
-	if e.Rank, err = parseCount(rankVar, get(rankVar), 0); err != nil {
+	e := Env{Launcher: l.name, IfName: own.IfName, Timeout: own.Timeout}
+	if e.Rank, err = parseCount(rankVar, lk.get(rankVar), 0); err != nil {
 		return Env{}, err
 	}
-	if e.Size, err = parseCount(sizeVar, get(sizeVar), 1); err != nil {
+	if e.Size, err = parseCount(sizeVar, lk.get(sizeVar), 1); err != nil {
 		return Env{}, err
 	}
 	if e.Size > MaxSize {
@@ -99,22 +135,24 @@ func FromEnv(getenv func(string) string) (Env, error) {
 	if e.Rank >= e.Size {
 		return Env{}, fmt.Errorf("bootstrap: %s=%d is not below %s=%d", rankVar, e.Rank, sizeVar, e.Size)
 	}
-	if a := get("SPARCML_ADDR"); a != "" {
-		e.Addr, e.AddrSource = a, "SPARCML_ADDR"
-	} else if err := l.rendezvousFromEnv(get, &e); err != nil {
+	if own.Addr != "" {
+		e.Addr, e.AddrSource = own.Addr, "SPARCML_ADDR"
+	} else if err := l.rendezvousFromEnv(lk, &e); err != nil {
 		return Env{}, err
 	}
 	if err := checkAddr(e.Addr, e.AddrSource); err != nil {
 		return Env{}, err
 	}
-	if err := setToken(get, l, &e); err != nil {
-		return Env{}, err
-	}
-	if e.Timeout, err = parseTimeout(get("SPARCML_TIMEOUT")); err != nil {
+	if err := setToken(lk, l, &e); err != nil {
 		return Env{}, err
 	}
 	return e, nil
 }
+
+// ErrNoLauncher is wrapped by FromEnv's error when no launcher's
+// variables are set at all (as opposed to an incomplete set): a process
+// started on its own, which the public API runs as a one-rank job.
+var ErrNoLauncher = errors.New("no launcher environment found")
 
 // detectLauncher returns the first launcher whose rank and size variables
 // are both set, with the spelling of the variables it found.
@@ -140,7 +178,7 @@ func detectLauncher(get func(string) string) (l launcher, rankVar, sizeVar strin
 	if len(partial) > 0 {
 		return launcher{}, "", "", fmt.Errorf("bootstrap: incomplete launcher environment: %s", strings.Join(partial, "; "))
 	}
-	return launcher{}, "", "", fmt.Errorf("bootstrap: no launcher environment found; looked for %s", strings.Join(looked, "; "))
+	return launcher{}, "", "", fmt.Errorf("bootstrap: %w; looked for %s", ErrNoLauncher, strings.Join(looked, "; "))
 }
 
 // pick returns name unless it is unset and alt is set.
@@ -178,43 +216,52 @@ func parseCount(name, value string, min int) (int, error) {
 	return n, nil
 }
 
-// checkAddr checks that addr is host:port with a non-empty host and a port
-// in 1..65535; source names the variables it came from.
-func checkAddr(addr, source string) error {
-	from := ""
-	if source != "" {
-		from = " (from " + source + ")"
-	}
+// CheckAddr checks that addr is host:port with a non-empty host and a port
+// in 1..65535.
+func CheckAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("bootstrap: rendezvous address %q%s is not host:port: %v", addr, from, err)
+		return fmt.Errorf("not host:port: %v", err)
 	}
 	if host == "" {
-		return fmt.Errorf("bootstrap: rendezvous address %q%s has no host", addr, from)
+		return errors.New("no host")
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("bootstrap: rendezvous address %q%s: port %q is not a number in 1..65535", addr, from, port)
+		return fmt.Errorf("port %q is not a number in 1..65535", port)
 	}
 	return nil
 }
 
-func sparcmlRendezvous(get func(string) string, e *Env) error {
+// checkAddr is CheckAddr with the variables addr came from in the error.
+func checkAddr(addr, source string) error {
+	err := CheckAddr(addr)
+	if err == nil {
+		return nil
+	}
+	from := ""
+	if source != "" {
+		from = " (from " + source + ")"
+	}
+	return fmt.Errorf("bootstrap: rendezvous address %q%s: %v", addr, from, err)
+}
+
+func sparcmlRendezvous(l lookup, e *Env) error {
 	return errors.New("bootstrap: SPARCML_RANK and SPARCML_SIZE are set but SPARCML_ADDR (host:port of rank 0's store) is not")
 }
 
 // torchrunRendezvous uses MASTER_ADDR and MASTER_PORT. When torchrun's
 // agent serves its own store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE),
 // that port is taken, so the next one is used; SPARCML_PORT overrides both.
-func torchrunRendezvous(get func(string) string, e *Env) error {
-	host, port := get("MASTER_ADDR"), get("MASTER_PORT")
+func torchrunRendezvous(l lookup, e *Env) error {
+	host, port := l.get("MASTER_ADDR"), l.get("MASTER_PORT")
 	if host == "" || port == "" {
 		return errors.New("bootstrap: torchrun environment (RANK, WORLD_SIZE) without MASTER_ADDR and MASTER_PORT; set SPARCML_ADDR=host:port")
 	}
 	e.AddrSource = "MASTER_ADDR:MASTER_PORT"
-	if p := get("SPARCML_PORT"); p != "" {
-		port, e.AddrSource = p, "MASTER_ADDR:SPARCML_PORT"
-	} else if get("TORCHELASTIC_USE_AGENT_STORE") == "True" {
+	if l.own.Port != 0 {
+		port, e.AddrSource = strconv.Itoa(l.own.Port), "MASTER_ADDR:SPARCML_PORT"
+	} else if l.get("TORCHELASTIC_USE_AGENT_STORE") == "True" {
 		p, err := strconv.Atoi(port)
 		if err != nil {
 			return fmt.Errorf("bootstrap: MASTER_PORT=%q is not a number", port)
@@ -225,18 +272,18 @@ func torchrunRendezvous(get func(string) string, e *Env) error {
 	return nil
 }
 
-func mpirunRendezvous(get func(string) string, e *Env) error {
+func mpirunRendezvous(l lookup, e *Env) error {
 	return errors.New("bootstrap: launched by mpirun but SPARCML_ADDR is not set; mpirun does not provide a rendezvous address: pass `-x SPARCML_ADDR=host:port` (a host:port of the node running rank 0)")
 }
 
 // slurmRendezvous uses the first node of the step (or job) and port
 // SPARCML_PORT, else 29500 + SLURM_JOB_ID % 1000.
-func slurmRendezvous(get func(string) string, e *Env) error {
+func slurmRendezvous(l lookup, e *Env) error {
 	listVar := "SLURM_STEP_NODELIST"
-	list := get(listVar)
+	list := l.get(listVar)
 	if list == "" {
 		listVar = "SLURM_JOB_NODELIST"
-		list = get(listVar)
+		list = l.get(listVar)
 	}
 	if list == "" {
 		return errors.New("bootstrap: srun environment without SLURM_STEP_NODELIST or SLURM_JOB_NODELIST; set SPARCML_ADDR=host:port")
@@ -246,11 +293,11 @@ func slurmRendezvous(get func(string) string, e *Env) error {
 		return fmt.Errorf("bootstrap: %s=%q: %v; set SPARCML_ADDR=host:port", listVar, list, err)
 	}
 	portSource := "SPARCML_PORT"
-	port := get("SPARCML_PORT")
-	if port == "" {
-		job, err := strconv.ParseUint(get("SLURM_JOB_ID"), 10, 64)
+	port := countText(l.own.Port)
+	if l.own.Port == 0 {
+		job, err := strconv.ParseUint(l.get("SLURM_JOB_ID"), 10, 64)
 		if err != nil {
-			return fmt.Errorf("bootstrap: SLURM_JOB_ID=%q is not a number, so no default rendezvous port; set SPARCML_PORT or SPARCML_ADDR", get("SLURM_JOB_ID"))
+			return fmt.Errorf("bootstrap: SLURM_JOB_ID=%q is not a number, so no default rendezvous port; set SPARCML_PORT or SPARCML_ADDR", l.get("SLURM_JOB_ID"))
 		}
 		port = strconv.FormatUint(slurmBasePort+job%1000, 10)
 		portSource = "29500+SLURM_JOB_ID%1000"
@@ -301,15 +348,15 @@ func finishNode(host string) (string, error) {
 
 // setToken takes SPARCML_TOKEN, or derives a non-secret token from the
 // launcher's job identity when the launcher has one.
-func setToken(get func(string) string, l launcher, e *Env) error {
-	if t := get("SPARCML_TOKEN"); t != "" {
+func setToken(lk lookup, l launcher, e *Env) error {
+	if t := lk.own.Token; t != "" {
 		e.Token, e.TokenSource = []byte(t), "SPARCML_TOKEN"
 		return nil
 	}
 	if l.derivedToken == nil {
 		return fmt.Errorf("bootstrap: SPARCML_TOKEN is not set (the %s launcher always sets it; was the environment passed on?)", l.name)
 	}
-	token, source, ok := l.derivedToken(get)
+	token, source, ok := l.derivedToken(lk)
 	if !ok {
 		return fmt.Errorf("bootstrap: SPARCML_TOKEN is not set and %s", source)
 	}
@@ -317,46 +364,23 @@ func setToken(get func(string) string, l launcher, e *Env) error {
 	return nil
 }
 
-func torchrunToken(get func(string) string) ([]byte, string, bool) {
-	id := "torchrun:" + get("MASTER_ADDR") + ":" + get("MASTER_PORT") + ":" + get("TORCHELASTIC_RUN_ID")
+func torchrunToken(l lookup) ([]byte, string, bool) {
+	id := "torchrun:" + l.get("MASTER_ADDR") + ":" + l.get("MASTER_PORT") + ":" + l.get("TORCHELASTIC_RUN_ID")
 	return []byte(id), "derived from MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID (not secret; set SPARCML_TOKEN)", true
 }
 
-func mpirunToken(get func(string) string) ([]byte, string, bool) {
-	id := "mpirun:" + get("SPARCML_ADDR")
+func mpirunToken(l lookup) ([]byte, string, bool) {
+	id := "mpirun:" + l.own.Addr
 	return []byte(id), "derived from SPARCML_ADDR (not secret; pass `-x SPARCML_TOKEN=...`)", true
 }
 
-func slurmToken(get func(string) string) ([]byte, string, bool) {
-	job := get("SLURM_JOB_ID")
+func slurmToken(l lookup) ([]byte, string, bool) {
+	job := l.get("SLURM_JOB_ID")
 	if job == "" {
 		return nil, "SLURM_JOB_ID is not set to derive one from", false
 	}
-	id := "srun:" + job + "." + get("SLURM_STEP_ID")
+	id := "srun:" + job + "." + l.get("SLURM_STEP_ID")
 	return []byte(id), "derived from SLURM_JOB_ID and SLURM_STEP_ID (not secret; set SPARCML_TOKEN)", true
-}
-
-// parseTimeout accepts a Go duration ("90s", "2m"), plain seconds ("90",
-// "1.5"), or "0"/"none" for no deadline. Empty means DefaultTimeout.
-func parseTimeout(s string) (time.Duration, error) {
-	switch strings.ToLower(s) {
-	case "":
-		return DefaultTimeout, nil
-	case "0", "none":
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		secs, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || secs != secs || secs > float64(1<<62)/float64(time.Second) {
-			return 0, fmt.Errorf("bootstrap: SPARCML_TIMEOUT=%q is neither a duration (\"90s\") nor a number of seconds", s)
-		}
-		d = time.Duration(secs * float64(time.Second))
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("bootstrap: SPARCML_TIMEOUT=%q is negative", s)
-	}
-	return d, nil
 }
 
 // Validate checks that the description is usable; its messages name the

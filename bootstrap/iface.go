@@ -179,6 +179,13 @@ func firstAddr(ifaces []ifaceInfo, keep func(ifaceInfo) bool) (net.IP, string, b
 	return v6, v6name, v6 != nil
 }
 
+// CheckInterfaceList checks the syntax of an interface list as ChooseAddr
+// takes it (SPARCML_IFNAME), without looking at the interfaces.
+func CheckInterfaceList(spec string) error {
+	_, err := parseIfSpec(spec)
+	return err
+}
+
 // ifSpec is a parsed NCCL_SOCKET_IFNAME-style interface list.
 type ifSpec struct {
 	exclude bool
@@ -199,6 +206,9 @@ func parseIfSpec(s string) (ifSpec, error) {
 	}
 	for _, n := range strings.Split(s, ",") {
 		if n = strings.TrimSpace(n); n != "" {
+			if strings.ContainsAny(n, " \t") {
+				return sp, fmt.Errorf("interface name %q contains a space (separate names with commas)", n)
+			}
 			sp.names = append(sp.names, n)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sparcml/sparcml/logging"
 )
 
 const (
@@ -32,7 +34,8 @@ type rankState uint8
 const (
 	rankUnseen    rankState = iota // never said hello
 	rankConnected                  // connected now
-	rankFinished                   // said goodbye, or disconnected
+	rankFinished                   // said goodbye
+	rankLost                       // disconnected without a goodbye
 )
 
 // server is rank 0's key-value store. Every connection authenticates with
@@ -43,9 +46,10 @@ type server struct {
 	ln         net.Listener
 	size       int
 	token      []byte
-	logf       func(format string, args ...any)
-	handshakes chan struct{} // semaphore of maxHandshakes
-	quit       chan struct{} // closed by stop
+	log        *logging.Logger
+	refusals   logging.Limiter // of the "refused connection" warnings
+	handshakes chan struct{}   // semaphore of maxHandshakes
+	quit       chan struct{}   // closed by stop
 	wg         sync.WaitGroup
 
 	mu       sync.Mutex
@@ -55,7 +59,9 @@ type server struct {
 	open     map[net.Conn]struct{}
 	ranks    []*serverConn // the connection of each rank, nil if none
 	state    []rankState
-	changed  chan struct{} // closed and replaced whenever state changes
+	changed  chan struct{}         // closed and replaced whenever state changes
+	fault    string                // why the launch failed; "" while it has not
+	progress map[int]progressEntry // each rank's latest progress record
 }
 
 // waiter is one Get waiting for its key.
@@ -75,8 +81,8 @@ type serverConn struct {
 }
 
 // startServer serves the store on ln for a job of size ranks until stop.
-func startServer(ln net.Listener, size int, token []byte, logf func(string, ...any)) *server {
-	s := newServer(size, token, logf)
+func startServer(ln net.Listener, size int, token []byte, log *logging.Logger) *server {
+	s := newServer(size, token, log)
 	s.ln = ln
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -84,11 +90,11 @@ func startServer(ln net.Listener, size int, token []byte, logf func(string, ...a
 }
 
 // newServer returns a server's state without a listener.
-func newServer(size int, token []byte, logf func(string, ...any)) *server {
+func newServer(size int, token []byte, log *logging.Logger) *server {
 	return &server{
 		size:       size,
 		token:      token,
-		logf:       logf,
+		log:        log,
 		handshakes: make(chan struct{}, maxHandshakes),
 		quit:       make(chan struct{}),
 		values:     make(map[string][]byte),
@@ -97,6 +103,7 @@ func newServer(size int, token []byte, logf func(string, ...any)) *server {
 		ranks:      make([]*serverConn, size),
 		state:      make([]rankState, size),
 		changed:    make(chan struct{}),
+		progress:   make(map[int]progressEntry),
 	}
 }
 
@@ -115,7 +122,7 @@ func (s *server) acceptLoop() {
 			}
 			// Out of file descriptors and the like: wait a little rather
 			// than spin, and keep serving the connections we have.
-			s.logf("bootstrap: store: accept: %v", err)
+			s.log.Warnf(logging.Bootstrap, "store: accept: %v", err)
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-s.quit:
@@ -146,7 +153,19 @@ func (s *server) handle(conn net.Conn) {
 	c, err := s.handshake(conn)
 	<-s.handshakes
 	if err != nil {
-		s.logf("bootstrap: store: refused connection from %v: %v", conn.RemoteAddr(), err)
+		// A handshake cut short by stop is the store closing, not a
+		// refusal. Strangers (who fail authentication) are
+		// rate-limited, so a flood of them costs a line per interval;
+		// a rank of the job refused (a duplicate, a wrong size) is said
+		// every time.
+		var stranger strangerError
+		switch {
+		case s.isStopping():
+		case errors.As(err, &stranger):
+			s.log.WarnLimited(&s.refusals, logging.Bootstrap, "store: refused connection from %v: %v", conn.RemoteAddr(), err)
+		default:
+			s.log.Warnf(logging.Bootstrap, "store: refused connection from %v: %v", conn.RemoteAddr(), err)
+		}
 		return
 	}
 	s.serveConn(c)
@@ -169,12 +188,24 @@ func (s *server) untrack(conn net.Conn) {
 	s.mu.Unlock()
 }
 
+// strangerError is the refusal of a connection that did not authenticate.
+type strangerError struct{ error }
+
+func (e strangerError) Unwrap() error { return e.error }
+
 // handshake authenticates conn, reads its hello and registers its rank.
 // A refused hello gets an error reply saying why before the close.
 func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 	deadline := time.Now().Add(handshakeTimeout)
+	claimed, err := readClaim(conn, deadline)
+	if err != nil {
+		return nil, strangerError{err}
+	}
 	if err := Authenticate(conn, s.token, false, deadline); err != nil {
-		return nil, err
+		if errors.Is(err, ErrAuth) {
+			go s.wrongToken(claimed)
+		}
+		return nil, strangerError{fmt.Errorf("claiming rank %d: %w", claimed, err)}
 	}
 	conn.SetReadDeadline(deadline)
 	br := bufio.NewReader(conn)
@@ -190,9 +221,15 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 		return nil, err
 	}
 	c := &serverConn{conn: conn, br: br, rank: int(h.rank), out: newOutQueue(), gets: make(map[uint32]string)}
-	refusal := s.register(c, h)
+	refusal, fatal := s.register(c, h)
+	if fatal {
+		refusal = s.failLaunch(refusal)
+	}
 	reply := frame{op: opOK, id: f.id}
-	if refusal != "" {
+	switch {
+	case refusal != "" && refusal == s.faultCause():
+		reply = frame{op: opFault, id: f.id, value: []byte(refusal)}
+	case refusal != "":
 		reply = frame{op: opErr, id: f.id, value: []byte(refusal)}
 	}
 	conn.SetWriteDeadline(deadline)
@@ -211,25 +248,33 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 	return c, nil
 }
 
-// register admits c as its rank's connection, or says why not.
-func (s *server) register(c *serverConn, h hello) string {
+// register admits c as its rank's connection, or says why not. A
+// refusal is fatal to the launch (failLaunch) when the process holds the
+// job's token and some rank has not connected yet: the launch itself is
+// inconsistent, and the ranks that are up would otherwise wait for
+// SPARCML_INIT_TIMEOUT.
+func (s *server) register(c *serverConn, h hello) (refusal string, fatal bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	incomplete := s.launchIncompleteLocked()
 	switch {
+	case s.fault != "":
+		return s.fault, false
 	case h.version != protocolVersion:
-		return fmt.Sprintf("store protocol version %d, rank 0 speaks %d (mixed sparcml versions?)", h.version, protocolVersion)
+		return fmt.Sprintf("store protocol version %d, rank 0 speaks %d (mixed sparcml versions?)", h.version, protocolVersion), incomplete
 	case int64(h.size) != int64(s.size):
-		return fmt.Sprintf("rank %d says the job has %d ranks, but rank 0 was started with %d (inconsistent launch?)", h.rank, h.size, s.size)
+		return fmt.Sprintf("rank %d says the job has %d ranks, rank 0 has %d (inconsistent launch?)", h.rank, h.size, s.size), incomplete
 	case int64(h.rank) >= int64(s.size):
-		return fmt.Sprintf("rank %d is outside [0,%d)", h.rank, s.size)
+		return fmt.Sprintf("rank %d is outside [0,%d)", h.rank, s.size), incomplete
 	case s.stopping:
-		return "the store is shutting down"
+		return "the store is shutting down", false
 	case s.ranks[h.rank] != nil:
-		return fmt.Sprintf("rank %d is already connected from %v (two processes with the same rank?)", h.rank, s.ranks[h.rank].conn.RemoteAddr())
+		return fmt.Sprintf("rank %d is already connected from %v, and connected again from %v (two processes with the same rank?)",
+			h.rank, s.ranks[h.rank].conn.RemoteAddr(), c.conn.RemoteAddr()), incomplete
 	}
 	s.ranks[h.rank] = c
 	s.setStateLocked(int(h.rank), rankConnected)
-	return ""
+	return "", false
 }
 
 func (s *server) setStateLocked(rank int, st rankState) {
@@ -245,14 +290,14 @@ func (s *server) serveConn(c *serverConn) {
 		defer close(writerDone)
 		if err := c.out.run(c.conn); err != nil {
 			if !s.isStopping() {
-				s.logf("bootstrap: store: rank %d: sending replies: %v; closing its connection", c.rank, err)
+				s.log.Warnf(logging.Bootstrap, "store: sending replies to rank %d: %v; closing its connection", c.rank, err)
 			}
 			c.conn.Close() // unblocks the reader below
 		}
 	}()
 	err := s.readRequests(c)
 	if errors.Is(err, errMalformed) {
-		s.logf("bootstrap: store: closing connection of rank %d (%v): %v", c.rank, c.conn.RemoteAddr(), err)
+		s.log.Warnf(logging.Bootstrap, "store: closing connection of rank %d (%v): %v", c.rank, c.conn.RemoteAddr(), err)
 		// Tell the client why before closing, so its error says so.
 		c.out.push(frame{op: opErr, value: []byte(err.Error())})
 	} else if !c.saidBye && !s.isStopping() {
@@ -260,7 +305,7 @@ func (s *server) serveConn(c *serverConn) {
 		if isDisconnect(err) {
 			reason = "connection closed"
 		}
-		s.logf("bootstrap: store: rank %d disconnected without saying goodbye: %s", c.rank, reason)
+		s.log.Warnf(logging.Bootstrap, "store: rank %d disconnected without saying goodbye: %s", c.rank, reason)
 	}
 	c.out.close()
 	<-writerDone
@@ -303,6 +348,12 @@ func (s *server) dispatch(c *serverConn, f frame) error {
 		return s.get(c, f)
 	case opCancel:
 		s.cancel(c, f.id)
+	case opStatus:
+		s.status(c, f.id)
+	case opProgress:
+		return s.setProgress(c, f.value)
+	case opProgressQuery:
+		s.queryProgress(c, f.id)
 	case opBye:
 		c.saidBye = true
 		s.mu.Lock()
@@ -401,18 +452,28 @@ func (s *server) unregister(c *serverConn) {
 	}
 	if s.ranks[c.rank] == c {
 		s.ranks[c.rank] = nil
-		s.setStateLocked(c.rank, rankFinished)
+		if s.state[c.rank] != rankFinished {
+			s.setStateLocked(c.rank, rankLost)
+		}
 	}
 }
 
 // waitOthers waits until every rank but 0 has said goodbye or
 // disconnected, or until timeout; it then names the ranks still missing.
+// After a failed launch it waits only for the connected ranks, at most
+// faultCloseWait.
 func (s *server) waitOthers(timeout time.Duration) error {
+	if s.faultCause() != "" {
+		timeout = min(timeout, faultCloseWait)
+	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
 		unseen, connected := s.pendingRanksLocked()
+		if s.fault != "" {
+			unseen = nil
+		}
 		changed := s.changed
 		s.mu.Unlock()
 		if len(unseen) == 0 && len(connected) == 0 {

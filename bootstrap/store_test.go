@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sparcml/sparcml/logging"
 )
 
 // logBuffer collects log lines for checks; safe for concurrent use.
@@ -27,6 +29,21 @@ func (l *logBuffer) logf(format string, args ...any) {
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 	l.mu.Unlock()
 }
+
+func (l *logBuffer) count(sub string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// logger is a logger of every level writing to l.
+func (l *logBuffer) logger() *logging.Logger { return logging.ToPrintf(l.logf) }
 
 func (l *logBuffer) contains(sub string) bool {
 	l.mu.Lock()
@@ -80,7 +97,7 @@ func testServer(t *testing.T, size int, token string, logs *logBuffer) (*server,
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := startServer(ln, size, []byte(token), logs.logf)
+	s := startServer(ln, size, []byte(token), logs.logger())
 	t.Cleanup(s.stop)
 	return s, ln.Addr().String()
 }
@@ -95,7 +112,7 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 // server, whatever the rank.
 func mustDial(t *testing.T, ctx context.Context, env Env, logs *logBuffer) Store {
 	t.Helper()
-	c, err := dialStore(ctx, env, logs.logf)
+	c, err := dialStore(ctx, env, logs.logger())
 	if err != nil {
 		t.Fatalf("rank %d: dial: %v", env.Rank, err)
 	}
@@ -104,7 +121,7 @@ func mustDial(t *testing.T, ctx context.Context, env Env, logs *logBuffer) Store
 
 func mustConnect(t *testing.T, ctx context.Context, env Env, logs *logBuffer) Store {
 	t.Helper()
-	s, err := Connect(ctx, env, logs.logf)
+	s, err := Connect(ctx, env, logs.logger())
 	if err != nil {
 		t.Fatalf("rank %d: Connect: %v", env.Rank, err)
 	}
@@ -131,7 +148,7 @@ func TestStoreRanksExchangeKeys(t *testing.T) {
 	stores := make([]Store, size)
 	var storesMu sync.Mutex
 	run := func(rank int) {
-		st, err := Connect(ctx, testEnv(addr, rank, size, token), logs.logf)
+		st, err := Connect(ctx, testEnv(addr, rank, size, token), logs.logger())
 		if err != nil {
 			errs <- fmt.Errorf("rank %d: Connect: %w", rank, err)
 			return
@@ -382,18 +399,22 @@ func TestStoreWrongTokenRefused(t *testing.T) {
 	}
 }
 
+// Once every rank has connected, a duplicate rank or a size that
+// disagrees is refused and harms nothing: the job is running.
 func TestStoreRefusesBadHello(t *testing.T) {
 	ctx := testContext(t, 10*time.Second)
 	var logs logBuffer
-	_, addr := testServer(t, 3, "tok", &logs)
-	first := mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)
+	_, addr := testServer(t, 2, "tok", &logs)
+	zero := mustDial(t, ctx, testEnv(addr, 0, 2, "tok"), &logs)
+	defer zero.Close()
+	first := mustDial(t, ctx, testEnv(addr, 1, 2, "tok"), &logs)
 
-	_, err := Connect(ctx, testEnv(addr, 1, 3, "tok"), nil)
+	_, err := Connect(ctx, testEnv(addr, 1, 2, "tok"), nil)
 	if err == nil || !strings.Contains(err.Error(), "rank 1 is already connected") {
 		t.Fatalf("second rank 1 = %v, want a duplicate-rank refusal", err)
 	}
 	_, err = Connect(ctx, testEnv(addr, 2, 4, "tok"), nil)
-	if err == nil || !strings.Contains(err.Error(), "job has 4 ranks") {
+	if err == nil || !strings.Contains(err.Error(), "rank 2 says the job has 4 ranks, rank 0 has 2") {
 		t.Fatalf("size mismatch = %v, want a refusal", err)
 	}
 	// The first rank 1 is unaffected, and once it is gone its rank is free.
@@ -407,7 +428,7 @@ func TestStoreRefusesBadHello(t *testing.T) {
 	// released the rank (bounded by ctx).
 	var again Store
 	for {
-		st, err := Connect(ctx, testEnv(addr, 1, 3, "tok"), nil)
+		st, err := Connect(ctx, testEnv(addr, 1, 2, "tok"), nil)
 		if err == nil {
 			again = st
 			break
@@ -420,6 +441,158 @@ func TestStoreRefusesBadHello(t *testing.T) {
 	defer again.Close()
 	if v, err := again.Get(ctx, "k"); err != nil || string(v) != "v" {
 		t.Fatalf("Get = %q, %v", v, err)
+	}
+}
+
+// During the launch (some rank not yet connected) a duplicate rank, a
+// size that disagrees or a wrong token fails the launch: the ranks
+// waiting on the store get the cause within 5 s, as a LaunchError, and
+// later ranks are refused with it.
+func TestStoreLaunchFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bad   Env
+		twice bool // rank 1 connects properly first
+		cause string
+	}{
+		{"duplicate", testEnv("", 1, 4, "tok"), true, "rank 1 is already connected"},
+		{"size", testEnv("", 1, 3, "tok"), false, "rank 1 says the job has 3 ranks, rank 0 has 4"},
+		{"token", testEnv("", 1, 4, "wrong"), false, "rank 1 presented a wrong token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t, 20*time.Second)
+			var logs logBuffer
+			_, addr := testServer(t, 4, "tok", &logs)
+			var waiting []Store
+			for _, r := range []int{0, 2} {
+				waiting = append(waiting, mustDial(t, ctx, testEnv(addr, r, 4, "tok"), &logs))
+			}
+			if tc.twice {
+				one := mustDial(t, ctx, testEnv(addr, 1, 4, "tok"), &logs)
+				defer one.Close()
+			}
+			errs := make(chan error, len(waiting))
+			for _, st := range waiting {
+				go func() {
+					_, err := st.Get(ctx, "never")
+					errs <- err
+				}()
+			}
+			bad := tc.bad
+			bad.Addr = addr
+			start := time.Now()
+			if _, err := dialStore(ctx, bad, nil); err == nil {
+				t.Fatal("the bad rank was admitted")
+			}
+			for range waiting {
+				err := <-errs
+				le, ok := asLaunchError(err)
+				if !ok || !strings.Contains(le.Cause, tc.cause) {
+					t.Fatalf("waiting Get = %v, want a LaunchError saying %q", err, tc.cause)
+				}
+			}
+			if el := time.Since(start); el > 5*time.Second {
+				t.Errorf("the waiting ranks failed %v after the bad rank came, want within 5 s", el)
+			}
+			_, err := dialStore(ctx, testEnv(addr, 3, 4, "tok"), nil)
+			if _, ok := asLaunchError(err); !ok {
+				t.Errorf("a rank after the failure = %v, want the LaunchError", err)
+			}
+			for _, st := range waiting {
+				st.Close()
+			}
+		})
+	}
+}
+
+// A stranger claiming a rank with a wrong token does not fail the launch
+// when the real rank arrives within the grace period.
+func TestStoreWrongTokenThenRealRank(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	s, addr := testServer(t, 2, "tok", &logs)
+	zero := mustDial(t, ctx, testEnv(addr, 0, 2, "tok"), &logs)
+	defer zero.Close()
+	if _, err := dialStore(ctx, testEnv(addr, 1, 2, "wrong"), nil); !errors.Is(err, ErrAuth) {
+		t.Fatalf("wrong token = %v, want ErrAuth", err)
+	}
+	one := mustDial(t, ctx, testEnv(addr, 1, 2, "tok"), &logs)
+	defer one.Close()
+	time.Sleep(wrongTokenGrace + 500*time.Millisecond)
+	if f := s.faultCause(); f != "" {
+		t.Fatalf("the launch failed: %s", f)
+	}
+	if err := one.Set(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := zero.Get(ctx, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("Get = %q, %v", v, err)
+	}
+}
+
+// MissingRanks names the ranks that never connected; FailLaunch on rank 0
+// fails the others' waiting Gets at once, and rank 0's Close then does
+// not wait for the missing ranks.
+// A rank that leaves the store without a goodbye (killed) is reported
+// lost, one that says goodbye is not, and a rank never seen is missing.
+func TestLaunchStatusLostRank(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	addr := freeAddr(t)
+	zero := mustConnect(t, ctx, testEnv(addr, 0, 4, "tok"), &logs)
+	zero.(*client).closeWait = 200 * time.Millisecond // rank 3 never comes
+	defer zero.Close()
+	one := mustDial(t, ctx, testEnv(addr, 1, 4, "tok"), &logs)
+	two := mustDial(t, ctx, testEnv(addr, 2, 4, "tok"), &logs)
+	if err := one.Close(); err != nil {
+		t.Fatal(err)
+	}
+	two.(*client).conn.Close() // no goodbye, as when the process dies
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		missing, lost, err := LaunchStatus(ctx, zero)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(missing, lost) == "[3] [2]" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LaunchStatus = missing %v, lost %v; want [3], [2]", missing, lost)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMissingRanksAndFailLaunch(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	addr := freeAddr(t)
+	zero := mustConnect(t, ctx, testEnv(addr, 0, 4, "tok"), &logs)
+	two := mustDial(t, ctx, testEnv(addr, 2, 4, "tok"), &logs)
+	defer two.Close()
+	missing, lost, err := LaunchStatus(ctx, two)
+	if err != nil || fmt.Sprint(missing) != "[1 3]" || len(lost) != 0 {
+		t.Fatalf("LaunchStatus = %v, %v, %v; want [1 3], none lost", missing, lost, err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := two.Get(ctx, "never")
+		got <- err
+	}()
+	FailLaunch(zero, "ranks 1 3 never connected")
+	select {
+	case err := <-got:
+		if le, ok := asLaunchError(err); !ok || le.Cause != "ranks 1 3 never connected" {
+			t.Fatalf("Get = %v, want the LaunchError", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting Get did not fail")
+	}
+	start := time.Now()
+	zero.Close()
+	if el := time.Since(start); el > faultCloseWait+time.Second {
+		t.Errorf("rank 0's Close took %v after a failed launch", el)
 	}
 }
 
@@ -440,7 +613,7 @@ func TestConnectUnreachable(t *testing.T) {
 	if late := time.Since(deadline); late > 3*time.Second {
 		t.Errorf("Connect returned %v after its deadline", late)
 	}
-	want := "bootstrap: rank 3: cannot reach rendezvous store at " + addr + " (SPARCML_ADDR): connect: connection refused (tried for "
+	want := "bootstrap: rank 3: cannot reach rank 0's rendezvous store at " + addr + " (SPARCML_ADDR): connect: connection refused (tried for "
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("error\n%q\ndoes not start with\n%q", err, want)
 	}
@@ -572,6 +745,7 @@ func rawStoreConn(t *testing.T, addr string, token string, rank, size int) net.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	conn.Write(encodeClaim(rank))
 	if err := Authenticate(conn, []byte(token), true, time.Now().Add(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -634,6 +808,7 @@ func TestStoreMalformedFramesCloseOnlyThatConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	conn.Write(encodeClaim(7))
 	if err := Authenticate(conn, []byte("tok"), true, time.Now().Add(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -687,5 +862,37 @@ func TestStoreConcurrentCallsShareOneConnection(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// Progress records replace each other, and the query gives each rank's
+// latest with its age, and none for a rank that never published.
+func TestStoreProgress(t *testing.T) {
+	ctx := testContext(t, 10*time.Second)
+	var logs logBuffer
+	_, addr := testServer(t, 3, "tok", &logs)
+	zero := mustDial(t, ctx, testEnv(addr, 0, 3, "tok"), &logs)
+	defer zero.Close()
+	two := mustDial(t, ctx, testEnv(addr, 2, 3, "tok"), &logs)
+	defer two.Close()
+	for _, v := range []string{"first", "second"} {
+		if err := PublishProgress(two, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ps []RankProgress
+	waitFor(t, 5*time.Second, "rank 2's second record", func() bool {
+		var err error
+		ps, err = QueryProgress(ctx, zero)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ps) == 3 && string(ps[2].Value) == "second"
+	})
+	if ps[0].Seen || ps[1].Seen || !ps[2].Seen || ps[2].Age > 5*time.Second {
+		t.Fatalf("progress = %+v", ps)
+	}
+	if err := PublishProgress(two, make([]byte, MaxProgressLen+1)); err == nil {
+		t.Error("an oversized record was accepted")
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"io"
 )
 
-// The store protocol, after Authenticate: length-prefixed binary frames in
+// The store protocol, after the claim (launch.go) and Authenticate: length-prefixed binary frames in
 // both directions,
 //
 //	op    uint8
@@ -31,7 +31,7 @@ const (
 
 const (
 	frameHeaderLen  = 11
-	protocolVersion = 1
+	protocolVersion = 3
 	helloLen        = 2 + 4 + 4
 )
 
@@ -42,10 +42,16 @@ const (
 	opGet    byte = 3 // key; reply waits until the key is set
 	opCancel byte = 4 // id: the Get to forget; no reply
 	opBye    byte = 5 // the client is done with the store
+	opStatus byte = 6 // reply: value, the ranks never connected (uint32 each)
+	// opProgress replaces the rank's progress record (value); no reply.
+	opProgress byte = 7
+	// opProgressQuery: reply value, every rank's record (progress.go).
+	opProgressQuery byte = 8
 
 	opOK    byte = 0x81
 	opValue byte = 0x82 // value
 	opErr   byte = 0x83 // value: error message
+	opFault byte = 0x84 // id 0; value: why the launch failed (see launch.go)
 )
 
 // errMalformed marks a frame that breaks the protocol; the connection that
@@ -61,7 +67,7 @@ type frame struct {
 
 func knownOp(op byte) bool {
 	switch op {
-	case opHello, opSet, opGet, opCancel, opBye, opOK, opValue, opErr:
+	case opHello, opSet, opGet, opCancel, opBye, opStatus, opProgress, opProgressQuery, opOK, opValue, opErr, opFault:
 		return true
 	}
 	return false
@@ -85,6 +91,14 @@ func opName(op byte) string {
 		return "value"
 	case opErr:
 		return "error"
+	case opStatus:
+		return "status"
+	case opProgress:
+		return "progress"
+	case opProgressQuery:
+		return "progress query"
+	case opFault:
+		return "fault"
 	}
 	return fmt.Sprintf("op(0x%02x)", op)
 }

@@ -136,14 +136,15 @@ func FuzzServerRequests(f *testing.F) {
 		frame{op: opCancel, id: 4},
 		frame{op: opGet, id: 5, key: "never"},
 		frame{op: opGet, id: 5, key: "never"},
-		frame{op: opBye, id: 6}))
+		frame{op: opStatus, id: 6},
+		frame{op: opBye, id: 7}))
 	f.Add(encodeFrames(f, frame{op: opSet, id: 1, key: "", value: nil}, frame{op: opHello, id: 2}))
 	f.Add([]byte{opSet, 0, 0, 0, 1, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := newServer(2, []byte("tok"), func(string, ...any) {})
+		s := newServer(2, []byte("tok"), nil)
 		serverSide, clientSide := net.Pipe()
 		c := &serverConn{conn: serverSide, br: bufio.NewReader(serverSide), rank: 1, out: newOutQueue(), gets: make(map[uint32]string)}
-		if refusal := s.register(c, hello{version: protocolVersion, rank: 1, size: 2}); refusal != "" {
+		if refusal, _ := s.register(c, hello{version: protocolVersion, rank: 1, size: 2}); refusal != "" {
 			t.Fatal(refusal)
 		}
 		done := make(chan struct{})
@@ -164,8 +165,61 @@ func FuzzServerRequests(f *testing.F) {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if len(s.waiting) != 0 || len(c.gets) != 0 || s.ranks[1] != nil || s.state[1] != rankFinished {
+		if len(s.waiting) != 0 || len(c.gets) != 0 || s.ranks[1] != nil || (s.state[1] != rankFinished && s.state[1] != rankLost) {
 			t.Fatalf("state left behind: waiting %v, gets %v, rank slot %v, state %v", s.waiting, c.gets, s.ranks[1], s.state[1])
+		}
+	})
+}
+
+// FuzzDecodeClaim: the claim is read from unauthenticated connections, so
+// any bytes must give a rank or an error, never a panic, and a claim
+// that decodes must be the encoding of its rank.
+func FuzzDecodeClaim(f *testing.F) {
+	f.Add(encodeClaim(3))
+	f.Add([]byte("SPCL\x00\x01\x00\x00\x00\x01"))
+	f.Add([]byte("GET / HTTP/1.1"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rank, err := decodeClaim(data)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(encodeClaim(int(rank)), data) {
+			t.Fatalf("claim %x decodes to rank %d, which encodes differently", data, rank)
+		}
+	})
+}
+
+// FuzzDecodeRanks: a status reply's rank list.
+func FuzzDecodeRanks(f *testing.F) {
+	f.Add(encodeRanks([]int{1, 5}))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ranks, err := decodeRanks(data)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(encodeRanks(ranks), data) {
+			t.Fatalf("%x decodes to %v, which encodes differently", data, ranks)
+		}
+	})
+}
+
+// FuzzDecodeProgress: the progress query's reply.
+func FuzzDecodeProgress(f *testing.F) {
+	f.Add(encodeProgress([]RankProgress{{Rank: 0, Value: []byte("abc"), Age: time.Second, Seen: true}, {Rank: 1}}))
+	f.Add([]byte{0, 0, 0, 1, 0, 9, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ps, err := decodeProgress(data)
+		if err != nil {
+			return
+		}
+		for i, p := range ps {
+			if p.Rank != i || len(p.Value) > MaxProgressLen || (!p.Seen && len(p.Value) > 0) {
+				t.Fatalf("entry %d: %+v", i, p)
+			}
+		}
+		if again, err := decodeProgress(encodeProgress(ps)); err != nil || len(again) != len(ps) {
+			t.Fatalf("re-encoding %v: %v, %v", ps, again, err)
 		}
 	})
 }

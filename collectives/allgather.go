@@ -13,7 +13,7 @@ import (
 // algorithm otherwise) or AlgoAuto (the logarithmic one up to 512 KiB in
 // all, the ring beyond).
 func Allgather[T Float](op *Op, in []T, out []T, algo Algo) error {
-	return allgather(op, in, out, algo, segmentElems[T]())
+	return allgather(op, in, out, algo, segmentElems[T](op))
 }
 
 func allgather[T Float](op *Op, in []T, out []T, algo Algo, seg int) error {
@@ -23,11 +23,16 @@ func allgather[T Float](op *Op, in []T, out []T, algo Algo, seg int) error {
 	p := op.Size()
 	algo = resolveAllgather(algo, len(out)*elemSize[T](), p)
 	setDesc[T](op, transport.OpAllgather, Sum, algo, 0, len(out))
-	if err := checkAllgatherAlgo(op, algo); err != nil {
-		return err
+	if algo != AlgoHierarchical {
+		if err := checkAllgatherAlgo(op, algo); err != nil {
+			return err
+		}
 	}
 	if len(out) != p*len(in) {
 		return failInvalid(op, "allgather: len(out) = %d, want %d ranks x len(in) %d", len(out), p, len(in))
+	}
+	if algo == AlgoHierarchical {
+		return hierarchicalAllgather(op, in, out, seg)
 	}
 	return allgatherLayout(op, in, out, balanced(len(out), p), algo, seg)
 }
@@ -36,7 +41,7 @@ func allgather[T Float](op *Op, in []T, out []T, algo Algo, seg int) error {
 // len(in), the same slice on every rank, and out holds the blocks back to
 // back (len(out) == sum of counts). in may be rank r's block of out.
 func Allgatherv[T Float](op *Op, in []T, out []T, counts []int, algo Algo) error {
-	return allgatherv(op, in, out, counts, algo, segmentElems[T]())
+	return allgatherv(op, in, out, counts, algo, segmentElems[T](op))
 }
 
 func allgatherv[T Float](op *Op, in []T, out []T, counts []int, algo Algo, seg int) error {

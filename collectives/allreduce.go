@@ -31,12 +31,13 @@ const (
 )
 
 // Allreduce reduces data element-wise with red across all ranks, in place:
-// on return every rank holds the same result. algo picks the algorithm;
+// on return every rank holds the same result (for Avg, the sum divided by
+// the number of ranks). algo picks the algorithm;
 // AlgoAuto lets model choose from the message size and the number of
 // ranks (every rank must pass the same model so they agree). It returns the
 // algorithm used.
 func Allreduce[T Float](op *Op, data []T, red ReduceOp, algo Algo, model CostModel) (Algo, error) {
-	return allreduce(op, data, red, algo, model, segmentElems[T]())
+	return allreduce(op, data, red, algo, model, segmentElems[T](op))
 }
 
 // allreduce is Allreduce with segments of at most seg elements (tests use
@@ -46,29 +47,43 @@ func allreduce[T Float](op *Op, data []T, red ReduceOp, algo Algo, model CostMod
 		return algo, err
 	}
 	if algo == AlgoAuto {
-		algo = model.ChooseAllreduce(len(data)*elemSize[T](), op.Size())
+		algo = model.chooseAllreduceOn(op.Topo, len(data)*elemSize[T](), op.Size())
 	}
 	setDesc[T](op, transport.OpAllreduce, red, algo, 0, len(data))
+	if algo == AlgoHierarchical {
+		if !validReduce(red) {
+			return algo, failInvalid(op, "unknown reduction %v", red)
+		}
+		if op.Size() == 1 {
+			return algo, nil
+		}
+		return algo, hierarchicalAllreduce(op, data, red, model, seg, hierarchicalChunks(len(data)*elemSize[T]()))
+	}
+	return algo, runAllreduce(op, data, red, algo, seg)
+}
+
+// runAllreduce runs the dense allreduce algo under the descriptor op
+// already carries (an allreduce's, or the sparse allreduce's whose dense
+// end it is), in segments of at most seg elements.
+func runAllreduce[T Float](op *Op, data []T, red ReduceOp, algo Algo, seg int) error {
 	switch {
 	case !validReduce(red):
-		return algo, failInvalid(op, "unknown reduction %v", red)
+		return failInvalid(op, "unknown reduction %v", red)
 	case !isAllreduceAlgo(algo):
-		return algo, failInvalid(op, "%v is not a dense allreduce algorithm", algo)
+		return failInvalid(op, "%v is not a dense allreduce algorithm", algo)
 	case op.Size() == 1:
-		return algo, nil
+		return nil
 	case len(data) == 0:
-		return algo, dissemination(op)
+		return dissemination(op)
 	}
-	var err error
 	switch algo {
 	case AlgoRing:
-		err = ringAllreduce(op, data, red, seg)
+		return ringAllreduce(op, data, red, seg)
 	case AlgoRabenseifner:
-		err = rabenseifnerAllreduce(op, data, red, seg)
-	case AlgoRecursiveDoubling:
-		err = recursiveDoublingAllreduce(op, data, red, seg)
+		return rabenseifnerAllreduce(op, data, red, seg)
+	default: // AlgoRecursiveDoubling
+		return recursiveDoublingAllreduce(op, data, red, seg)
 	}
-	return algo, err
 }
 
 // checkOp rejects an Op that cannot run anything, and gives a missing
@@ -83,20 +98,6 @@ func checkOp(op *Op) error {
 	return nil
 }
 
-// setDesc fills the descriptor every message of the operation carries, so
-// that ranks calling different collectives, types, reductions, algorithms,
-// roots or lengths at the same sequence number detect it.
-func setDesc[T Float](op *Op, kind transport.OpKind, red ReduceOp, algo Algo, root, count int) {
-	op.Desc = transport.Desc{
-		Kind:   kind,
-		DType:  uint8(DTypeOf[T]()),
-		Reduce: uint8(red),
-		Algo:   uint8(algo),
-		Root:   int32(root),
-		Count:  uint64(count),
-	}
-}
-
 // failInvalid fails the operation on every rank with an ErrInvalid error.
 func failInvalid(op *Op, format string, args ...any) error {
 	return op.Fail(fmt.Errorf("%w: %s", transport.ErrInvalid, fmt.Sprintf(format, args...)))
@@ -106,7 +107,7 @@ func failInvalid(op *Op, format string, args ...any) error {
 // size: the ranks disagree about the operation's arguments in a way the
 // descriptor does not show (Allgatherv counts, for example).
 func failSize(op *Op, peer int, got, want int) error {
-	return op.Fail(fmt.Errorf("%w: rank %d sent %d bytes, expected %d", transport.ErrMismatch, peer, got, want))
+	return op.Fail(fmt.Errorf("%w: rank %d sent %d bytes, expected %d", transport.ErrMismatch, op.commRank(peer), got, want))
 }
 
 func elemSize[T Float]() int {
@@ -114,8 +115,19 @@ func elemSize[T Float]() int {
 	return int(unsafe.Sizeof(z))
 }
 
-// segmentElems is the number of elements of T in one segment.
-func segmentElems[T Float]() int { return segmentBytes / elemSize[T]() }
+// segmentElems is the number of elements of T in one segment over op's
+// transport: its own segment size (transport.SegmentSizer) or
+// segmentBytes.
+func segmentElems[T Float](op *Op) int {
+	seg := 0
+	if op != nil && op.T != nil { // a nil op is refused by the algorithm
+		seg = transport.SegmentBytes(op.T)
+	}
+	if seg <= 0 {
+		seg = segmentBytes
+	}
+	return max(seg/elemSize[T](), 1)
+}
 
 // segmentsFor returns how many segments a transfer of n elements is cut
 // into: at least one, so that even an empty transfer exchanges a message

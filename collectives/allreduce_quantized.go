@@ -7,10 +7,11 @@ import (
 	"github.com/sparcml/sparcml/transport"
 )
 
-// QuantizedAllreduce sums data across ranks, sending values in the codec's
-// low-precision format. On return every rank holds the same, bit-identical
-// result. The reduction is always Sum: Min and Max of quantized values are
-// not meaningful estimates of the exact ones.
+// QuantizedAllreduce sums data across ranks (red Sum), or averages it (red
+// Avg: the decoded sum divided by the number of ranks), sending values in
+// the codec's low-precision format. On return every rank holds the same,
+// bit-identical result. Min and Max are refused (ErrInvalid): those of
+// quantized values are not meaningful estimates of the exact ones.
 //
 // The vector is cut into P balanced blocks, block j owned by rank j:
 //
@@ -29,11 +30,11 @@ import (
 // codec's bits per value (QuantizedAllreduceBytesSent is exact). Blocks
 // travel as segments encoded on their own (512 KiB on the wire for none,
 // fp16 and bf16, 512 KiB of input for the stochastic codecs), and the two
-// phases are pipelined segment by segment (see run).
+// phases are pipelined segment by segment, so that the allgather of the
+// first segments overlaps the reduce-scatter of the later ones.
 //
 // Every rank must pass a codec of the same kind and, for the stochastic
-// kinds, the same bucket size; the descriptor carries both (Desc.Root =
-// 10*bucketSize + kind, bucketSize 0 for none, fp16 and bf16), so ranks
+// kinds, the same bucket size; the descriptor carries both, so ranks
 // using different codecs fail with a mismatch. Give each rank a different
 // Options.Seed so the ranks' rounding noise averages out. The codec is used
 // from the calling goroutine only (stochastic codecs are not safe for
@@ -47,18 +48,21 @@ import (
 // stay in T); stochastic codecs turn
 // a bucket holding NaN or Inf into NaN (or fail the operation on every
 // rank with quant.NonFiniteReject).
-func QuantizedAllreduce[T Float](op *Op, data []T, codec quant.Codec) error {
-	return quantizedAllreduce(op, data, codec, quantSegmentElems(codec, elemSize[T]()))
+func QuantizedAllreduce[T Float](op *Op, data []T, red ReduceOp, codec quant.Codec) error {
+	return quantizedAllreduce(op, data, red, codec, quantSegmentElems(codec, elemSize[T]()))
 }
 
 // quantizedAllreduce is QuantizedAllreduce with blocks cut into messages of
 // at most seg elements (tests use tiny segments).
-func quantizedAllreduce[T Float](op *Op, data []T, codec quant.Codec, seg int) error {
+func quantizedAllreduce[T Float](op *Op, data []T, red ReduceOp, codec quant.Codec, seg int) error {
 	if err := checkOp(op); err != nil {
 		return err
 	}
-	setDesc[T](op, transport.OpAllreduce, Sum, AlgoQuantizedSplit, int(codecDescriptor(codec)), len(data))
+	setDesc[T](op, transport.OpAllreduce, red, AlgoQuantizedSplit, 0, len(data))
+	op.Desc.Param = codecParamOf(codec)
 	switch {
+	case red != Sum && red != Avg:
+		return failInvalid(op, "low-precision allreduce supports sum and avg, not %v", red)
 	case codec == nil:
 		return failInvalid(op, "quantized allreduce: nil codec")
 	case !codec.Kind().Valid():
@@ -69,113 +73,11 @@ func quantizedAllreduce[T Float](op *Op, data []T, codec quant.Codec, seg int) e
 		return dissemination(op)
 	}
 	q := &quantRun[T]{op: op, data: data, codec: codec, blocks: balanced(len(data), op.Size()), seg: seg}
-	return q.run()
-}
-
-// QuantizedAllreduceBytesSent returns exactly how many payload bytes rank
-// sends in QuantizedAllreduce of n elements of elemSize bytes (4 or 8) over
-// p ranks with codec: the encodings of every other rank's block, plus P-1
-// copies of the encoding of its own.
-func QuantizedAllreduceBytesSent(n, elemSize, p, rank int, codec quant.Codec) int64 {
-	if elemSize <= 0 {
-		return 0
+	if err := q.run(); err != nil {
+		return err
 	}
-	return quantizedBytesSent(n, quantSegmentElems(codec, elemSize), p, rank, codec)
-}
-
-// quantSegmentElems is the default segment length in elements. For the
-// fixed-width codecs (none, fp16, bf16) a message carries segmentBytes on
-// the wire, as a float32 allreduce's messages do: each message costs a few
-// system calls and a wake-up at both ends whatever its size, so cutting by
-// input bytes would pay them twice as often for fp16's half-size messages.
-// The stochastic codecs, whose size per value is not fixed, cut
-// segmentBytes of input.
-func quantSegmentElems(c quant.Codec, elemSize int) int {
-	if w := fixedWidth(c); w > 0 {
-		return segmentBytes / w
-	}
-	return segmentBytes / elemSize
-}
-
-// fixedWidth is the number of bytes per value of the codecs whose stream is
-// a plain array (none, fp16, bf16): any slice of values encodes to the
-// matching slice of bytes. 0 for the stochastic codecs (and nil).
-func fixedWidth(c quant.Codec) int {
-	if c == nil || !c.Kind().Valid() || c.Kind().Stochastic() {
-		return 0
-	}
-	return c.EncodedSize(1)
-}
-
-// quantizedBytesSent is QuantizedAllreduceBytesSent for segments of seg
-// elements.
-func quantizedBytesSent(n, seg, p, rank int, codec quant.Codec) int64 {
-	if p <= 1 || n <= 0 || rank < 0 || rank >= p || codec == nil || !codec.Kind().Valid() {
-		return 0
-	}
-	blocks := balanced(n, p)
-	var bytes int64
-	for j := range p {
-		lo, hi := blocks.block(j)
-		size := int64(encodedBlockSize(codec, hi-lo, seg))
-		if j == rank {
-			size *= int64(p - 1)
-		}
-		bytes += size
-	}
-	return bytes
-}
-
-// codecDescriptor identifies a codec's wire format for Desc.Root: 10 times
-// the bucket size (0 for codecs without buckets) plus the kind, so that
-// ranks using different codecs, or the same stochastic kind with different
-// buckets (whose streams can have equal sizes but different layouts), fail
-// with a mismatch instead of decoding each other's bytes wrongly. Decimal
-// keeps it readable in error messages: 10244 is q4 in buckets of 1024.
-// -1 stands for a nil codec.
-func codecDescriptor(c quant.Codec) int32 {
-	if c == nil {
-		return -1
-	}
-	return int32(10*bucketSize(c) + int(c.Kind())) // quant has fewer than 10 kinds
-}
-
-// bucketSize finds the bucket size of a stochastic codec from its stream
-// sizes (the Codec interface does not expose it): a bucket of m values takes
-// 4 + ceil(m*b/8) bytes, and any n beyond the bucket size takes at least one
-// more scale. Binary search over [1, quant.MaxBucketSize]. 0 for the other
-// kinds.
-func bucketSize(c quant.Codec) int {
-	k := c.Kind()
-	if !k.Stochastic() {
-		return 0
-	}
-	oneBucket := func(n int) bool { return c.EncodedSize(n) == 4+(n*k.Bits()+7)/8 }
-	lo, hi := 1, quant.MaxBucketSize // oneBucket(lo) holds; find the largest
-	for lo < hi {
-		mid := lo + (hi-lo+1)/2
-		if oneBucket(mid) {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	return lo
-}
-
-// quantSegments returns how a block of n elements is cut into messages:
-// count segments of size elements, the last one shorter. Like the dense
-// transfers, an empty block still takes one (empty) message, and blocks of
-// more than stepsPerRound segments get longer segments.
-func quantSegments(n, seg int) (count, size int) {
-	return segmentsFor(n, seg, stepsPerRound), max(seg, ceilDiv(n, stepsPerRound))
-}
-
-// encodedBlockSize is the number of bytes of a block of n elements encoded
-// segment by segment.
-func encodedBlockSize(c quant.Codec, n, seg int) int {
-	_, size := quantSegments(n, seg)
-	return n/size*c.EncodedSize(size) + c.EncodedSize(n%size)
+	finishReduce(red, data, op.Size())
+	return nil
 }
 
 // quantRun is one QuantizedAllreduce on at least two ranks and a non-empty
@@ -218,7 +120,7 @@ const quantLag = 2
 //   - gather: decode segment k-2*quantLag of every other rank's block.
 //
 // The peers' segment j was sent in their round j, so waiting for it in
-// round j+quantLag leaves slack for ranks that run a little behind, and an
+// round j+quantLag leaves slack for ranks that lag slightly, and an
 // owner's reduced segment j goes out in round j+quantLag while most of the
 // vector is still being scattered: the allgather overlaps the
 // reduce-scatter instead of following it. Every wait is for a message its
@@ -269,37 +171,6 @@ func (q *quantRun[T]) run() error {
 	q.op.Pool.Put(q.rsBuf)
 	q.op.Pool.Put(q.agBuf)
 	return nil
-}
-
-// maxSegments is the number of segments of the longest block. Balanced
-// blocks differ by one element, which can make one more segment.
-func (q *quantRun[T]) maxSegments() int {
-	count, _ := quantSegments(q.blocks.largest(), q.seg)
-	return count
-}
-
-func (q *quantRun[T]) block(j int) []T {
-	lo, hi := q.blocks.block(j)
-	return q.data[lo:hi:hi]
-}
-
-func (q *quantRun[T]) blockLen(j int) int {
-	lo, hi := q.blocks.block(j)
-	return hi - lo
-}
-
-// segmentSize is the largest segment of any block.
-func (q *quantRun[T]) segmentSize() int {
-	_, size := quantSegments(q.blocks.largest(), q.seg)
-	return min(size, q.blocks.largest())
-}
-
-// segment returns segment k of s, cut by quantSegments.
-func (q *quantRun[T]) segment(s []T, k int) []T {
-	_, size := quantSegments(len(s), q.seg)
-	lo := min(k*size, len(s))
-	hi := min(lo+size, len(s))
-	return s[lo:hi:hi]
 }
 
 // peer returns the rank d places after this one (d may be negative).
@@ -476,68 +347,3 @@ func (q *quantRun[T]) arrive(req *transport.Request, dst []T) error {
 	}
 	return nil
 }
-
-// encodeTo encodes src with the codec's float32 or float64 entry point.
-func encodeTo[T Float](c quant.Codec, dst []byte, src []T) ([]byte, error) {
-	if elemSize[T]() == 4 {
-		return c.Encode(dst, FromBytes[float32](AsBytes(src)))
-	}
-	return c.Encode64(dst, FromBytes[float64](AsBytes(src)))
-}
-
-// decodeInto decodes src into dst, or adds the decoded values to dst.
-func decodeInto[T Float](c quant.Codec, dst []T, src []byte, add bool) error {
-	if elemSize[T]() == 4 {
-		d := FromBytes[float32](AsBytes(dst))
-		if add {
-			return c.DecodeAdd(d, src)
-		}
-		return c.Decode(d, src)
-	}
-	d := FromBytes[float64](AsBytes(dst))
-	if add {
-		return c.DecodeAdd64(d, src)
-	}
-	return c.Decode64(d, src)
-}
-
-// sendWindow cycles encoded messages through a few pool-backed slots: a
-// slot is reused once the send that used it has completed, so at most that
-// many sends are in flight and the scratch memory is a few segments, not
-// the whole encoded vector. Sends never wait on the
-// receiver's progress (all receives are posted up front), so waiting for
-// a slot cannot deadlock.
-type sendWindow struct {
-	op   *Op
-	buf  []byte
-	slot int
-	reqs []*transport.Request
-	next int
-}
-
-func newSendWindow(op *Op, slot, slots int) *sendWindow {
-	return &sendWindow{op: op, buf: op.Pool.Get(slots * slot), slot: slot,
-		reqs: make([]*transport.Request, slots)}
-}
-
-// acquire waits until the next slot is free and returns it.
-func (w *sendWindow) acquire() ([]byte, error) {
-	i := w.next % len(w.reqs)
-	if err := w.op.Wait(w.reqs[i]); err != nil {
-		return nil, err
-	}
-	w.reqs[i] = nil
-	return w.buf[i*w.slot : (i+1)*w.slot : (i+1)*w.slot], nil
-}
-
-// push records the send that uses the slot last acquired.
-func (w *sendWindow) push(req *transport.Request) {
-	w.reqs[w.next%len(w.reqs)] = req
-	w.next++
-}
-
-// drain waits for every send in flight.
-func (w *sendWindow) drain() error { return w.op.Wait(w.reqs...) }
-
-// release returns the slots to the pool; only after drain succeeded.
-func (w *sendWindow) release() { w.op.Pool.Put(w.buf) }

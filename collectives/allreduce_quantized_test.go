@@ -89,10 +89,11 @@ func codecFor(t testing.TB, kind quant.Kind, bucket int, seed uint64, rank int) 
 type quantRun struct {
 	p, n      int
 	kind      quant.Kind
-	bucket    int    // 0: quant's default
-	seed      uint64 // of the inputs
-	codecSeed uint64 // of the ranks' codecs
-	seg       int    // segment size; 0: the default
+	bucket    int                  // 0: quant's default
+	seed      uint64               // of the inputs
+	codecSeed uint64               // of the ranks' codecs
+	seg       int                  // segment size; 0: the default
+	red       collectives.ReduceOp // Sum (the zero value) or Avg
 }
 
 // runQuantized runs QuantizedAllreduce on p ranks over n elements of
@@ -137,9 +138,9 @@ func runQuantized[T collectives.Float](t testing.TB, q quantRun) quantResult[T] 
 		codec := codecs[r]
 		var err error
 		if q.seg > 0 {
-			err = collectives.QuantizedAllreduceSeg(op, data, codec, q.seg)
+			err = collectives.QuantizedAllreduceSeg(op, data, q.red, codec, q.seg)
 		} else {
-			err = collectives.QuantizedAllreduce(op, data, codec)
+			err = collectives.QuantizedAllreduce(op, data, q.red, codec)
 		}
 		res.outputs[r], res.stats[r] = data, tr.Stats()
 		return err
@@ -366,7 +367,7 @@ func checkUnbiased[T collectives.Float](t *testing.T, p, n, bucket, trials int, 
 			if err != nil {
 				return err
 			}
-			if err := collectives.QuantizedAllreduce(op, data, codec); err != nil {
+			if err := collectives.QuantizedAllreduce(op, data, collectives.Sum, codec); err != nil {
 				return err
 			}
 			for i, v := range data {
@@ -498,7 +499,7 @@ func TestQuantizedAllreduceCodecMismatch(t *testing.T) {
 					return err
 				}
 				op := coltest.NewOp(ctx, tr, 1, transport.Desc{})
-				return collectives.QuantizedAllreduce(op, quantInput[float32](1, tr.Rank(), n), codec)
+				return collectives.QuantizedAllreduce(op, quantInput[float32](1, tr.Rank(), n), collectives.Sum, codec)
 			})
 			requireMismatchEverywhere(t, errs)
 		})
@@ -531,7 +532,7 @@ func TestQuantizedAllreduceVersusAllreduce(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return collectives.QuantizedAllreduce(op, data, codec)
+		return collectives.QuantizedAllreduce(op, data, collectives.Sum, codec)
 	})
 	requireMismatchEverywhere(t, errs)
 }
@@ -539,29 +540,36 @@ func TestQuantizedAllreduceVersusAllreduce(t *testing.T) {
 func TestQuantizedAllreduceInvalid(t *testing.T) {
 	errs := coltest.Run(t, 3, quantTimeout, func(ctx context.Context, tr transport.Transport) error {
 		op := coltest.NewOp(ctx, tr, 1, transport.Desc{})
-		return collectives.QuantizedAllreduce(op, make([]float32, 10), nil)
+		return collectives.QuantizedAllreduce(op, make([]float32, 10), collectives.Sum, nil)
 	})
 	for r, err := range errs {
 		require.ErrorIs(t, err, transport.ErrInvalid, "rank %d", r)
 	}
-	require.ErrorIs(t, collectives.QuantizedAllreduce[float32](nil, nil, nil), transport.ErrInvalid)
+	require.ErrorIs(t, collectives.QuantizedAllreduce[float32](nil, nil, collectives.Sum, nil), transport.ErrInvalid)
 }
 
-// TestQuantizedAllreduceDescriptor checks what the descriptor carries.
+// TestQuantizedAllreduceDescriptor checks what the descriptor carries:
+// every codec kind and bucket size gives its own parameter, so ranks with
+// different codecs cannot meet a descriptor they take for theirs.
 func TestQuantizedAllreduceDescriptor(t *testing.T) {
-	for _, kind := range quantKinds {
-		want := int32(kind)
-		if kind.Stochastic() {
-			want += 10 * quant.DefaultBucketSize
+	seen := map[uint64]string{}
+	distinct := func(c quant.Codec, what string) {
+		p := collectives.CodecParam(c)
+		if other, dup := seen[p]; dup {
+			t.Fatalf("%s and %s share the descriptor parameter %#x", what, other, p)
 		}
-		require.Equal(t, want, collectives.CodecDescriptor(codecFor(t, kind, 0, 0, 0)), "%v", kind)
+		seen[p] = what
+	}
+	for _, kind := range []quant.Kind{quant.None, quant.FP16, quant.BF16} {
+		distinct(codecFor(t, kind, 0, 0, 0), kind.String())
 	}
 	for _, bucket := range []int{1, 2, 3, 7, 8, 9, 63, 64, 65, 1000, 1 << 20, quant.MaxBucketSize - 1, quant.MaxBucketSize} {
 		for _, kind := range []quant.Kind{quant.Q8, quant.Q4, quant.Q2} {
-			require.Equal(t, int32(10*bucket+int(kind)), collectives.CodecDescriptor(codecFor(t, kind, bucket, 0, 0)), "%v bucket %d", kind, bucket)
+			distinct(codecFor(t, kind, bucket, 0, 0), fmt.Sprintf("%v bucket %d", kind, bucket))
 		}
 	}
-	require.Equal(t, int32(-1), collectives.CodecDescriptor(nil))
+	require.Equal(t, collectives.CodecParam(codecFor(t, quant.Q4, 0, 0, 0)), collectives.CodecParam(codecFor(t, quant.Q4, quant.DefaultBucketSize, 5, 6)),
+		"the default bucket and the seed")
 	var desc transport.Desc
 	errs := coltest.Run(t, 2, quantTimeout, func(ctx context.Context, tr transport.Transport) error {
 		op := coltest.NewOp(ctx, tr, 1, transport.Desc{})
@@ -569,15 +577,14 @@ func TestQuantizedAllreduceDescriptor(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		err = collectives.QuantizedAllreduce(op, make([]float64, 5), codec)
+		err = collectives.QuantizedAllreduce(op, make([]float64, 5), collectives.Sum, codec)
 		if tr.Rank() == 0 {
 			desc = op.Desc
 		}
 		return err
 	})
 	requireNoErrors(t, errs)
-	require.Equal(t, transport.Desc{Kind: transport.OpAllreduce, DType: uint8(collectives.Float64), Reduce: uint8(collectives.Sum),
-		Algo: uint8(collectives.AlgoQuantizedSplit), Root: 10*quant.DefaultBucketSize + int32(quant.Q2), Count: 5}, desc)
+	require.Equal(t, "allreduce(dtype=float64 reduce=sum algo=quantized-split count=5 codec=q2 bucket=1024)", collectives.DescString(desc))
 	algo, err := collectives.ParseAlgo("quantized-split")
 	require.NoError(t, err)
 	require.Equal(t, collectives.AlgoQuantizedSplit, algo)
@@ -611,7 +618,7 @@ func TestQuantizedAllreduceNonFinite(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			err = collectives.QuantizedAllreduce(coltest.NewOp(ctx, tr, 1, transport.Desc{}), data, codec)
+			err = collectives.QuantizedAllreduce(coltest.NewOp(ctx, tr, 1, transport.Desc{}), data, collectives.Sum, codec)
 			out[r] = data
 			return err
 		})
@@ -672,7 +679,7 @@ func BenchmarkQuantizedAllreduce(b *testing.B) {
 					if codecs[r] == nil {
 						_, err = collectives.Allreduce(op, data[r], collectives.Sum, collectives.AlgoRing, collectives.DefaultCostModel)
 					} else {
-						err = collectives.QuantizedAllreduce(op, data[r], codecs[r])
+						err = collectives.QuantizedAllreduce(op, data[r], collectives.Sum, codecs[r])
 					}
 					if err != nil {
 						return err

@@ -37,6 +37,10 @@ func rabenseifnerAllreduce[T Float](op *Op, data []T, red ReduceOp, seg int) err
 				return err
 			}
 		}
+		// Block q is complete: an Avg divides it here, so each rank
+		// divides one block and the doubling spreads the quotients.
+		lo, hi := blocks.block(q)
+		finishReduce(red, data[lo:hi], op.Size())
 		for mask := 1; mask < g.pof2; mask *= 2 {
 			partner := q ^ mask
 			mineLo, mineHi := blocks.blocks(q&^(mask-1), mask)

@@ -30,6 +30,7 @@ func recursiveDoublingAllreduce[T Float](op *Op, data []T, red ReduceOp, seg int
 				return err
 			}
 		}
+		finishReduce(red, data, op.Size()) // every active rank holds the whole sum
 	}
 	return unfold(op, g, data, seg)
 }

@@ -34,20 +34,25 @@ func denseInput[T collectives.Float](seed uint64, rank, n int) []T {
 }
 
 // denseReduce returns the element-wise reduction of every rank's input,
-// computed locally.
+// computed locally: for Avg the exact sum divided by p.
 func denseReduce[T collectives.Float](seed uint64, p, n int, red collectives.ReduceOp) []T {
 	want := denseInput[T](seed, 0, n)
 	for r := 1; r < p; r++ {
 		in := denseInput[T](seed, r, n)
 		for i := range want {
 			switch red {
-			case collectives.Sum:
+			case collectives.Sum, collectives.Avg:
 				want[i] += in[i]
 			case collectives.Min:
 				want[i] = min(want[i], in[i])
 			case collectives.Max:
 				want[i] = max(want[i], in[i])
 			}
+		}
+	}
+	if red == collectives.Avg {
+		for i := range want {
+			want[i] /= T(p)
 		}
 	}
 	return want
@@ -78,7 +83,7 @@ var allreduceAlgos = []collectives.Algo{
 	collectives.AlgoAuto, collectives.AlgoRing, collectives.AlgoRabenseifner, collectives.AlgoRecursiveDoubling,
 }
 
-var denseReductions = []collectives.ReduceOp{collectives.Sum, collectives.Min, collectives.Max}
+var denseReductions = []collectives.ReduceOp{collectives.Sum, collectives.Min, collectives.Max, collectives.Avg}
 
 // checkAllreduce runs one allreduce on p ranks (segments of seg elements)
 // and compares every rank's result with the local reference.
@@ -113,11 +118,13 @@ func TestAllreduce(t *testing.T) {
 					// several segments per block, as 16M-element ones do
 					// with the default segment size. Sum in both types;
 					// Min and Max, whose kernels share Sum's structure,
-					// in one type each.
+					// and Avg, which is Sum and a division, in one type
+					// each.
 					checkAllreduce[float32](t, p, n, algo, collectives.Sum, 64)
 					checkAllreduce[float64](t, p, n, algo, collectives.Sum, 64)
 					checkAllreduce[float32](t, p, n, algo, collectives.Min, 64)
 					checkAllreduce[float64](t, p, n, algo, collectives.Max, 64)
+					checkAllreduce[float32](t, p, n, algo, collectives.Avg, 64)
 				}
 			})
 		}
@@ -359,8 +366,10 @@ func TestReduceInto(t *testing.T) {
 	require.Equal(t, []float64{2, 3, -1, 0, 3}, dst)
 	require.True(t, collectives.ReduceInto(collectives.Sum, dst, []float64{1, 1, 1}), "shorter src")
 	require.Equal(t, []float64{3, 4, 0, 0, 3}, dst)
+	require.True(t, collectives.ReduceInto(collectives.Avg, dst, []float64{1, 2, 3, 4, 5}), "avg combines as a sum")
+	require.Equal(t, []float64{4, 6, 3, 4, 8}, dst)
 	require.False(t, collectives.ReduceInto(collectives.ReduceOp(7), dst, dst))
-	require.Equal(t, []float64{3, 4, 0, 0, 3}, dst)
+	require.Equal(t, []float64{4, 6, 3, 4, 8}, dst, "an unknown reduction leaves dst untouched")
 }
 
 // BenchmarkAllreduce measures each algorithm over the in-memory transport

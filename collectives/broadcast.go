@@ -9,7 +9,7 @@ import (
 // (binomial scatter then ring allgather, after van de Geijn, for large ones)
 // or AlgoAuto (DefaultCostModel chooses; every rank resolves it alike).
 func Broadcast[T Float](op *Op, data []T, root int, algo Algo) error {
-	return broadcast(op, data, root, algo, segmentElems[T]())
+	return broadcast(op, data, root, algo, segmentElems[T](op))
 }
 
 func broadcast[T Float](op *Op, data []T, root int, algo Algo, seg int) error {
@@ -25,11 +25,20 @@ func broadcast[T Float](op *Op, data []T, root int, algo Algo, seg int) error {
 		return failInvalid(op, "broadcast: root %d out of range [0,%d)", root, p)
 	}
 	if p == 1 {
-		if algo != AlgoDirect && algo != AlgoRing {
+		if algo != AlgoDirect && algo != AlgoRing && algo != AlgoHierarchical {
 			return failInvalid(op, "broadcast: unknown algorithm %v", algo)
 		}
 		return nil
 	}
+	if algo == AlgoHierarchical {
+		return hierarchicalBroadcast(op, data, root, seg)
+	}
+	return runBroadcast(op, data, root, algo, seg)
+}
+
+// runBroadcast runs the flat broadcast algo under the descriptor op
+// already carries, on P >= 2 ranks.
+func runBroadcast[T Float](op *Op, data []T, root int, algo Algo, seg int) error {
 	if len(data) == 0 {
 		return dissemination(op)
 	}
@@ -39,7 +48,7 @@ func broadcast[T Float](op *Op, data []T, root int, algo Algo, seg int) error {
 	case AlgoRing:
 		return scatterAllgatherBroadcast(op, data, root, seg)
 	}
-	return failInvalid(op, "broadcast supports %v and %v, not %v", AlgoDirect, AlgoRing, algo)
+	return failInvalid(op, "broadcast supports %v, %v and %v, not %v", AlgoDirect, AlgoRing, AlgoHierarchical, algo)
 }
 
 // binomialTree gives a rank's place in the binomial tree rooted at root,

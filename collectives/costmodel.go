@@ -15,7 +15,23 @@ import (
 // sorted (index, value) streams, which is branchy and several times slower
 // than a dense add; 0 means sparseMergeFactor times Gamma. Only the sparse
 // algorithms use it.
-type CostModel struct{ Alpha, Beta, Gamma, SparseGamma float64 }
+//
+// LocalAlpha and LocalBeta are Alpha and Beta between ranks of one host,
+// when the job has several (Op.Topo). With them the model weighs the
+// hierarchical allreduce against the flat algorithms, whose links it takes
+// to be the network's; 0 means not measured, and the hierarchical
+// algorithm runs only when asked for by name.
+//
+// IndexCodec is the cost in seconds of packing one index of an exact
+// sparse message losslessly and unpacking it on the other side
+// (SparseOptions.Indices); 0 means defaultIndexCodec. Packing saves
+// bytes on the wire at that price, so the model packs where Beta is
+// large (a slow network) and keeps the raw indices where it is small.
+type CostModel struct {
+	Alpha, Beta, Gamma, SparseGamma float64
+	LocalAlpha, LocalBeta           float64
+	IndexCodec                      float64
+}
 
 // sparseGamma is SparseGamma or its default.
 func (m CostModel) sparseGamma() float64 {
@@ -24,6 +40,21 @@ func (m CostModel) sparseGamma() float64 {
 	}
 	return m.Gamma * sparseMergeFactor
 }
+
+// indexCodec is IndexCodec or its default.
+func (m CostModel) indexCodec() float64 {
+	if m.IndexCodec > 0 {
+		return m.IndexCodec
+	}
+	return defaultIndexCodec
+}
+
+// defaultIndexCodec is the CPU time of quant.EncodeIndices plus
+// DecodeIndices (IndexAuto) per index at about 1.6% density, rounded up:
+// go test -bench Indices ./quant/ (its cpu-MB/s, 4 bytes per index);
+// figures in docs/PERFORMANCE.md, "Lossless index compression".
+// Calibration measures it on the job's own CPUs.
+const defaultIndexCodec = 4.5e-9
 
 // DefaultCostModel roughly matches TCP over loopback or a 10-25 Gbit/s
 // network: 20 us per message, 2.5 GB/s on the wire and 4 GB/s for a

@@ -13,7 +13,8 @@ import (
 // Op is one collective operation in progress: the transport it runs over,
 // its tag (communicator and sequence number), the descriptor every message
 // carries for mismatch detection, the context that bounds it and a pool of
-// scratch buffers reused across calls.
+// scratch buffers reused across calls. Topo, when set, is the hosts the
+// ranks run on, for the algorithms that follow the hierarchy.
 type Op struct {
 	Ctx  context.Context
 	T    transport.Transport
@@ -21,11 +22,28 @@ type Op struct {
 	Seq  uint64
 	Desc transport.Desc
 	Pool *Buffers
+	Topo *Topology
 }
 
 // Rank and Size of the transport the op runs over.
 func (o *Op) Rank() int { return o.T.Rank() }
 func (o *Op) Size() int { return o.T.Size() }
+
+// commRank is the communicator's number of rank r of the transport the op
+// runs over: a hierarchical algorithm runs the flat ones on group views
+// (group.go), whose ranks count from 0 within a host or across hosts, and
+// errors must name the ranks the user knows.
+func (o *Op) commRank(r int) int {
+	t := o.T
+	for r >= 0 {
+		g, ok := t.(*group)
+		if !ok {
+			break
+		}
+		r, t = g.members[r], g.Transport
+	}
+	return r
+}
 
 func (o *Op) tag(step uint32) transport.Tag {
 	return transport.Tag{Comm: o.Comm, Seq: o.Seq, Step: step}
@@ -82,14 +100,15 @@ func (o *Op) failAt(peer int, step uint32, err error) error {
 	if errors.As(err, &te) && te.Seq == o.Seq {
 		return err // already wrapped for this op
 	}
-	if !errors.Is(err, transport.ErrPeerLost) && o.T.Err() == nil {
+	err = describe(err)
+	if !errors.Is(err, transport.ErrPeerLost) && !errors.Is(err, transport.ErrRevoked) && o.T.Err() == nil {
 		o.T.FailOp(o.Comm, o.Seq, err)
 	}
 	var pe *transport.PeerError
 	if peer < 0 && errors.As(err, &pe) {
 		peer = pe.Peer
 	}
-	return &transport.Error{Rank: o.Rank(), Peer: peer, Op: o.Desc.Kind.String(), Seq: o.Seq, Step: step, Err: err}
+	return &transport.Error{Rank: o.commRank(o.Rank()), Peer: peer, Op: o.Desc.Kind.String(), Seq: o.Seq, Step: step, Err: err}
 }
 
 func pendingPeers(reqs []*transport.Request) string {

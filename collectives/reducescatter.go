@@ -9,7 +9,7 @@ import (
 // blocks of len(out) elements. in is not modified, except that out may be
 // rank r's block of in itself (in place). algo must be AlgoAuto or AlgoRing.
 func ReduceScatter[T Float](op *Op, in []T, out []T, red ReduceOp, algo Algo) error {
-	return reduceScatter(op, in, out, red, algo, segmentElems[T]())
+	return reduceScatter(op, in, out, red, algo, segmentElems[T](op))
 }
 
 func reduceScatter[T Float](op *Op, in []T, out []T, red ReduceOp, algo Algo, seg int) error {
@@ -24,8 +24,8 @@ func reduceScatter[T Float](op *Op, in []T, out []T, red ReduceOp, algo Algo, se
 	switch {
 	case !validReduce(red):
 		return failInvalid(op, "unknown reduction %v", red)
-	case algo != AlgoRing:
-		return failInvalid(op, "reduce-scatter supports the ring algorithm, not %v", algo)
+	case algo != AlgoRing && algo != AlgoHierarchical:
+		return failInvalid(op, "reduce-scatter supports the ring and hierarchical algorithms, not %v", algo)
 	case len(in) != p*len(out):
 		return failInvalid(op, "reduce-scatter: len(in) = %d, want %d ranks x len(out) %d", len(in), p, len(out))
 	}
@@ -40,6 +40,9 @@ func reduceScatter[T Float](op *Op, in []T, out []T, red ReduceOp, algo Algo, se
 	}
 	if len(in) == 0 {
 		return dissemination(op)
+	}
+	if algo == AlgoHierarchical {
+		return hierarchicalReduceScatter(op, in, out, red, seg)
 	}
 	return ringReduceScatter(op, in, out, red, inPlace, seg)
 }
@@ -156,7 +159,9 @@ func (s *reduceScatterStage[T]) sendBuffer(i int) []byte {
 }
 
 // arrive adds this rank's contribution to the partial result item i just
-// received: in its slot, or in out at the last step.
+// received: in its slot, or in out at the last step, where the segment is
+// complete and an Avg divides it (cache-hot, and before the ring
+// allreduce forwards it: each rank divides only its own block).
 func (s *reduceScatterStage[T]) arrive(i int, payload []byte) error {
 	lo, hi := s.recvSegment(i)
 	want := (hi - lo) * elemSize[T]()
@@ -166,13 +171,16 @@ func (s *reduceScatterStage[T]) arrive(i int, payload []byte) error {
 	switch {
 	case s.final(i) && s.inPlace:
 		// out already holds this rank's block of in.
-		ReduceInto(s.red, s.outSegment(lo, hi), FromBytes[T](payload))
+		dst := s.outSegment(lo, hi)
+		ReduceInto(s.red, dst, FromBytes[T](payload))
+		finishReduce(s.red, dst, s.op.Size())
 	case s.final(i):
 		dst := s.outSegment(lo, hi)
 		if err := received(s.op, s.rg.left, payload, dst); err != nil {
 			return err
 		}
 		ReduceInto(s.red, dst, s.in[lo:hi])
+		finishReduce(s.red, dst, s.op.Size())
 	default:
 		slot := s.slot(i, hi-lo)
 		if len(slot) > 0 && &payload[0] != &slot[0] {

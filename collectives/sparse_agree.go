@@ -70,11 +70,11 @@ func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	for r, b := range blobs {
 		rec, err := spParseRecord(b, c.in.Dim)
 		if err != nil {
-			return nil, c.op.Fail(errSparseProtocol(r, "agreement record: %v", err))
+			return nil, c.op.Fail(errSparseProtocol(c.op.commRank(r), "agreement record: %v", err))
 		}
 		if rec.algo != opts.Algo || rec.balanced != opts.Balanced || rec.model != onWire(opts.Model) {
 			return nil, c.op.Fail(fmt.Errorf("%w: rank %d passed algo=%v balanced=%v model=%+v but rank %d passed algo=%v balanced=%v model=%+v; every rank must pass the same SparseOptions",
-				transport.ErrMismatch, r, rec.algo, rec.balanced, rec.model, c.rank, opts.Algo, opts.Balanced, opts.Model))
+				transport.ErrMismatch, c.op.commRank(r), rec.algo, rec.balanced, rec.model, c.op.commRank(c.rank), opts.Algo, opts.Balanced, opts.Model))
 		}
 		ag.nnz[r], ag.samples[r] = rec.nnz, rec.samples
 		sizes[r] = int64(len(b))
@@ -85,7 +85,7 @@ func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	for r, n := range sizes {
 		fsizes[r] = float64(n)
 	}
-	pl.bruck(fsizes, nil, 0)
+	pl.bruck(fsizes, nil, nil, 0)
 	ag.seconds = pl.seconds
 	return ag, nil
 }
@@ -242,9 +242,10 @@ func spLess128(a, b, c, d uint64) bool {
 }
 
 // onWire is the part of a cost model the agreement record carries (and so
-// compares): SparseGamma is left out, as the record's layout predates it;
-// communicators set every field from rank 0's calibration alike.
+// compares): SparseGamma, IndexCodec, LocalAlpha and LocalBeta are left
+// out, as the record's layout predates them; communicators set every
+// field from rank 0's calibration alike.
 func onWire(m CostModel) CostModel {
-	m.SparseGamma = 0
+	m.SparseGamma, m.IndexCodec, m.LocalAlpha, m.LocalBeta = 0, 0, 0, 0
 	return m
 }

@@ -72,8 +72,8 @@ func SparseAllgather[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Vector
 }
 
 // SparseAllgatherOptions tunes SparseAllgatherWith. Every rank must pass
-// the same Quant (it travels in the descriptor's Reduce field, so a
-// mismatch fails with ErrMismatch on every rank).
+// the same Quant (the descriptor names it, so a mismatch fails with
+// ErrMismatch on every rank).
 type SparseAllgatherOptions struct {
 	// Quant is the value codec on the wire (see SparseOptions.Quant);
 	// quant.None sends exact values.
@@ -91,7 +91,7 @@ func SparseAllgatherWith[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Ve
 	if err := sparseCheckOp(op); err != nil {
 		return out, err
 	}
-	op.Desc = transport.Desc{Kind: transport.OpSparseAllgather, DType: uint8(DTypeOf[T]()), Reduce: uint8(opts.Quant), Algo: uint8(AlgoDirect)}
+	op.Desc = spDesc[T](transport.OpSparseAllgather, Sum, opts.Quant, AlgoDirect)
 	if !opts.Quant.Valid() {
 		return out, sparseFailInvalid(op, "unknown value codec %v", opts.Quant)
 	}
@@ -100,7 +100,7 @@ func SparseAllgatherWith[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Ve
 	}
 	op.Desc.Count = uint64(in.Dim)
 	if err := in.Validate(); err != nil {
-		return out, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.Rank(), err))
+		return out, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.commRank(op.Rank()), err))
 	}
 	c := &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), sc: spScratch{pool: op.Pool}}
 	parts := []*sparse.Vector[T]{in}
@@ -126,4 +126,33 @@ func SparseAllgatherWith[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Ve
 	}
 	c.sc.release()
 	return out, nil
+}
+
+// planSparseAllgather is allgatherAllreduce's schedule for the cost model:
+// the Bruck allgather of every rank's input in its smaller encoding, every
+// received in-memory byte merged (see mergePasses). Every rank also sums
+// its own input and, with a lossy codec, first decodes its own bytes (so
+// that every rank sums the same values): charged with the phase.
+func planSparseAllgather(pl *spPlan, p, dim int, w spWire, sup spSupports) {
+	size, mem, codec := make([]float64, p), make([]float64, p), make([]float64, p)
+	for r := range p {
+		k := sup.count(r, 0, dim)
+		idx := spIdx(w, sup, []int{r}, 0, dim)
+		var dense bool
+		size[r], dense = w.msg(k, dim, idx, false)
+		mem[r] = w.mem(k, dim, size[r], dense)
+		codec[r] = w.codecSecs(k, dim, idx, false)
+	}
+	k := 0.0
+	for r := range p {
+		k += sup.count(r, 0, dim)
+	}
+	merge := mergePasses(k, dim, p)
+	for r := range p {
+		pl.red[r] += mem[r] * merge
+		if w.lossy() {
+			pl.memRecv[r] += mem[r]
+		}
+	}
+	pl.bruck(size, mem, codec, merge)
 }

@@ -11,12 +11,15 @@ import (
 )
 
 // SparseOptions tunes SparseAllreduce. Every rank must pass the same
-// Algo, Model and Balanced (DenseOut is local to each rank). With AlgoAuto
+// Reduce, Algo, Model, Balanced and Quant (DenseOut is local to each rank). With AlgoAuto
 // or Balanced the ranks exchange a small record first and check this, so a
 // disagreement fails on every rank with an error naming both sides; a
 // forced algorithm with equal ranges skips that exchange to save its
 // latency.
 type SparseOptions struct {
+	// Reduce is Sum (the zero value) or Avg (the sum divided by the number
+	// of ranks); Min and Max are refused (ErrInvalid).
+	Reduce ReduceOp
 	// Algo is AlgoSSARRecursiveDoubling, AlgoSSARSplitAllgather, AlgoDSAR,
 	// AlgoSparseAllgather, or AlgoAuto to let Model choose from every
 	// rank's nonzero count.
@@ -48,11 +51,19 @@ type SparseOptions struct {
 	// seed on every rank and every call: equal seeds make the ranks'
 	// rounding noise identical, so it adds up instead of averaging out.
 	QuantSeed uint64
+	// Indices says how exact values' indices travel: IndexAuto (the zero
+	// value) lets Model choose raw or packed, IndexRaw and IndexPacked
+	// force one. Messages say in-band which they carry, so ranks may
+	// pass different ones. Ignored with a lossy Quant.
+	Indices IndexWire
 }
 
 // SparseStats describes one SparseAllreduce on this rank.
 type SparseStats struct {
-	// Algo is the algorithm that ran (the model's choice under AlgoAuto).
+	// Algo is the algorithm that ran: the model's choice under AlgoAuto,
+	// never AlgoAuto itself once the call has succeeded. With one rank
+	// nothing is sent and it is the forced algorithm, or AlgoDirect (the
+	// input copied to the output) under AlgoAuto.
 	Algo Algo
 	// NNZIn and NNZOut are the stored entries of this rank's input and of
 	// the result (the dimension when dense).
@@ -69,6 +80,9 @@ type SparseStats struct {
 	// Bounds are the index ranges of the split algorithms: rank i owns
 	// [Bounds[i], Bounds[i+1]). Nil for the others.
 	Bounds []int
+	// PackedIndices says this rank sent exact values with packed indices
+	// (SparseOptions.Indices, resolved).
+	PackedIndices bool
 }
 
 // Step bases of the phases of the sparse collectives: each phase has its
@@ -86,8 +100,9 @@ const (
 	spStepDenseGather = 6 << 8
 )
 
-// SparseAllreduce sums in over all ranks and leaves the sum in out on every
-// rank, bit-identical on all of them. Every rank must pass the same
+// SparseAllreduce sums in over all ranks (or averages it, with opts.Reduce
+// Avg) and leaves the result in out on every rank, bit-identical on all of
+// them. Every rank must pass the same
 // dimension; each may bring any number of entries, zero included. in must
 // be valid (see sparse.Vector.Validate: sorted unique indices below the
 // dimension): otherwise the operation fails on every rank with an error
@@ -95,28 +110,39 @@ const (
 // its buffers, and comes back in whichever form is smaller (dense with
 // opts.DenseOut, or always with AlgoDSAR).
 //
-// The descriptor every message carries holds opts.Quant in its Reduce
-// field (the reduction is always a sum), so ranks that pass different
-// codecs fail with ErrMismatch on every rank instead of misreading each
-// other's bytes.
+// The descriptor every message carries names the reduction and the value
+// codec, so ranks that pass different ones fail with ErrMismatch on every
+// rank instead of misreading each other's bytes.
 func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOptions) (SparseStats, error) {
 	var st SparseStats
 	if err := sparseCheckOp(op); err != nil {
 		return st, err
 	}
-	op.Desc = transport.Desc{Kind: transport.OpSparseAllreduce, DType: uint8(DTypeOf[T]()), Reduce: uint8(opts.Quant), Algo: uint8(opts.Algo)}
+	op.Desc = spDesc[T](transport.OpSparseAllreduce, opts.Reduce, opts.Quant, opts.Algo)
+	if opts.Reduce != Sum && opts.Reduce != Avg {
+		return st, sparseFailInvalid(op, "sparse allreduce supports sum and avg, not %v", opts.Reduce)
+	}
 	if in == nil || out == nil || in == out {
 		return st, sparseFailInvalid(op, "SparseAllreduce needs distinct non-nil input and output vectors")
 	}
 	op.Desc.Count = uint64(in.Dim)
 	if err := in.Validate(); err != nil {
-		return st, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.Rank(), err))
+		return st, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.commRank(op.Rank()), err))
+	}
+	if opts.Algo == AlgoHierarchical {
+		if opts.Model == (CostModel{}) {
+			opts.Model = DefaultCostModel
+		}
+		return hierarchicalSparseAllreduce(op, in, out, opts)
 	}
 	if !isSparseAlgo(opts.Algo) && opts.Algo != AlgoAuto && !isAllreduceAlgo(opts.Algo) {
 		return st, sparseFailInvalid(op, "%v is not a sparse or dense allreduce algorithm", opts.Algo)
 	}
 	if !opts.Quant.Valid() {
 		return st, sparseFailInvalid(op, "unknown value codec %v", opts.Quant)
+	}
+	if !opts.Indices.Valid() {
+		return st, sparseFailInvalid(op, "unknown index wire %v", opts.Indices)
 	}
 	if !opts.Quant.Lossless() && opts.Algo == AlgoSSARRecursiveDoubling {
 		return st, sparseFailInvalid(op, "%v re-quantizes partial sums at every round; with the lossy codec %v use %v, %v or %v",
@@ -128,7 +154,7 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	c := &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), sc: spScratch{pool: op.Pool}}
 	st.NNZIn = in.NNZ()
 	if c.p == 1 {
-		st.Algo = opts.Algo
+		st.Algo = algoOr(opts.Algo, AlgoDirect)
 		c.finish(out, in, opts.DenseOut || opts.Algo == AlgoDSAR)
 		st.NNZOut = out.NNZ()
 		return st, nil
@@ -148,6 +174,7 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 		if algo == AlgoAuto {
 			algo = opts.Model.chooseSparseOrDense(c.p, in.Dim, wire, ag.nnz)
 		}
+		wire = spChooseWire(opts.Model, opts, algo, c.p, in.Dim, in.NNZ(), wire, ag.nnz)
 		if isAllreduceAlgo(algo) {
 			secs, bytes := opts.Model.PredictAllreduce(algo, in.Dim*sparse.ValueSize[T](), c.p)
 			st.PredictedBytes = bytes + ag.bytesSent[c.rank]
@@ -158,12 +185,16 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 			st.PredictedSeconds = pred.Seconds + ag.seconds
 		}
 	}
+	if ag == nil {
+		wire = spChooseWire(opts.Model, opts, algo, c.p, in.Dim, in.NNZ(), wire, nil)
+	}
+	c.packed, st.PackedIndices = wire.packed, wire.packed
 	st.Algo = algo
 	op.Desc.Algo = uint8(algo)
 	var err error
 	switch algo {
 	case AlgoRing, AlgoRabenseifner, AlgoRecursiveDoubling:
-		err = denseSparseAllreduce(op, in, out, algo, opts.Model)
+		err = denseSparseAllreduce(op, in, out, opts.Reduce, algo)
 	case AlgoSSARRecursiveDoubling:
 		err = ssarRecursiveDoubling(c, out, opts.DenseOut)
 	case AlgoSSARSplitAllgather, AlgoDSAR:
@@ -185,22 +216,42 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 		return st, err
 	}
 	c.sc.release()
+	if !isAllreduceAlgo(algo) { // the dense allreduce has averaged already
+		finishReduce(opts.Reduce, out.Values, c.p)
+	}
 	st.NNZOut = out.NNZ()
 	return st, nil
 }
 
+// spDesc is the descriptor of a sparse collective's messages: the
+// reduction in Reduce, the value codec in Param (sparse messages always
+// use the codec's default bucket).
+func spDesc[T Float](kind transport.OpKind, red ReduceOp, codec quant.Kind, algo Algo) transport.Desc {
+	return transport.Desc{Kind: kind, DType: uint8(DTypeOf[T]()), Reduce: uint8(red), Algo: uint8(algo),
+		Param: codecParam(codec, 0)}
+}
+
+// algoOr is a, or def when a is AlgoAuto.
+func algoOr(a, def Algo) Algo {
+	if a == AlgoAuto {
+		return def
+	}
+	return a
+}
+
 // denseSparseAllreduce is the dense end of the sparse-to-dense switch: the
-// input is densified into out and summed with a dense allreduce. The
-// model picks it when the inputs are dense enough that no sparse schedule
-// beats moving the whole vector. It is exact whatever SparseOptions.Quant
-// says: the dense quantized allreduce is a separate call
-// (QuantizedAllreduce), and the model prices this path at full precision.
-func denseSparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], algo Algo, model CostModel) error {
+// input is densified into out and reduced with the dense allreduce algo.
+// The model picks it when the inputs are dense enough that no sparse
+// schedule beats moving the whole vector. It is exact whatever
+// SparseOptions.Quant says: the dense quantized allreduce is a separate
+// call (QuantizedAllreduce), and the model prices this path at full
+// precision. Its messages keep the sparse allreduce's descriptor, algo
+// in it: for the transport the whole call is one sparse allreduce.
+func denseSparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], red ReduceOp, algo Algo) error {
 	values := in.ToDense(out.Values[:0])
 	out.Dim, out.Dense, out.Values = in.Dim, true, values
 	out.Indices = out.Indices[:0]
-	_, err := Allreduce(op, out.Values, Sum, algo, model)
-	return err
+	return runAllreduce(op, out.Values, red, algo, segmentElems[T](op))
 }
 
 // sparseAlgos are the sparse allreduce algorithms, in the order that breaks
@@ -225,6 +276,8 @@ type spCall[T Float] struct {
 	sc      spScratch
 	// q is the coder of a lossy value codec, nil for exact values.
 	q *sparse.QuantCoder
+	// packed: exact values go with packed indices.
+	packed bool
 }
 
 // setQuant sets up the value codec of a call: nothing for quant.None.
@@ -278,7 +331,7 @@ func (c *spCall[T]) encode(dst []byte, v *sparse.Vector[T], lo, hi int) ([]byte,
 	if c.q != nil {
 		b, err = v.AppendEncodeRangeQuant(dst, lo, hi, c.q)
 	} else {
-		b, err = v.AppendEncodeRange(dst, lo, hi)
+		b, err = c.encodeExact(dst, v, lo, hi)
 	}
 	if err != nil {
 		return nil, c.op.Fail(err)
@@ -304,10 +357,10 @@ func (c *spCall[T]) decode(v *sparse.Vector[T], b []byte, peer, dim int) error {
 		err = v.Decode(b)
 	}
 	if err != nil {
-		return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, peer, err))
+		return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, c.op.commRank(peer), err))
 	}
 	if v.Dim != dim {
-		return c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d, expected %d", transport.ErrMismatch, peer, v.Dim, dim))
+		return c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d, expected %d", transport.ErrMismatch, c.op.commRank(peer), v.Dim, dim))
 	}
 	return nil
 }
@@ -317,16 +370,18 @@ func (c *spCall[T]) decode(v *sparse.Vector[T], b []byte, peer, dim int) error {
 // the call), lossy ones decoded into a pooled vector. A view is a fresh
 // vector, never a pooled one, so no pooled buffer ever aliases b.
 func (c *spCall[T]) received(b []byte, peer, dim int) (*sparse.Vector[T], error) {
-	if c.q != nil {
+	if c.q != nil || sparse.IsPacked(b) {
+		// Decoded into a pooled vector: lossy values, or packed
+		// indices (which cannot be viewed in place).
 		v := c.vector()
 		return v, c.decode(v, b, peer, dim)
 	}
 	v := &sparse.Vector[T]{}
 	if err := v.DecodeView(b); err != nil {
-		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, peer, err))
+		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, c.op.commRank(peer), err))
 	}
 	if v.Dim != dim {
-		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d, expected %d", transport.ErrMismatch, peer, v.Dim, dim))
+		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d, expected %d", transport.ErrMismatch, c.op.commRank(peer), v.Dim, dim))
 	}
 	return v, nil
 }

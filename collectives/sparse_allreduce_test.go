@@ -33,6 +33,13 @@ var spAlgoCases = []spAlgoCase{
 	{"auto", collectives.SparseOptions{Algo: collectives.AlgoAuto}},
 	{"rd-denseout", collectives.SparseOptions{Algo: collectives.AlgoSSARRecursiveDoubling, DenseOut: true}},
 	{"split-denseout", collectives.SparseOptions{Algo: collectives.AlgoSSARSplitAllgather, DenseOut: true}},
+	// Packed indices on every algorithm: the same sums, bytes as predicted.
+	{"rd-packed", collectives.SparseOptions{Algo: collectives.AlgoSSARRecursiveDoubling, Indices: collectives.IndexPacked}},
+	{"split-packed", collectives.SparseOptions{Algo: collectives.AlgoSSARSplitAllgather, Indices: collectives.IndexPacked}},
+	{"split-balanced-packed", collectives.SparseOptions{Algo: collectives.AlgoSSARSplitAllgather, Balanced: true, Indices: collectives.IndexPacked}},
+	{"dsar-packed", collectives.SparseOptions{Algo: collectives.AlgoDSAR, Indices: collectives.IndexPacked}},
+	{"allgather-packed", collectives.SparseOptions{Algo: collectives.AlgoSparseAllgather, Indices: collectives.IndexPacked}},
+	{"auto-packed", collectives.SparseOptions{Algo: collectives.AlgoAuto, Indices: collectives.IndexPacked}},
 }
 
 // Support patterns of the generated inputs.

@@ -38,13 +38,13 @@ func spAllgatherBlobs(op *Op, sc *spScratch, step uint32, mine []byte, sizeOf fu
 		for range cnt {
 			n, err := sizeOf(msg)
 			if err != nil {
-				return nil, op.Fail(errSparseProtocol(from, "allgather round %d: %v", k, err))
+				return nil, op.Fail(errSparseProtocol(op.commRank(from), "allgather round %d: %v", k, err))
 			}
 			have = append(have, msg[:n:n])
 			msg = msg[n:]
 		}
 		if len(msg) != 0 {
-			return nil, op.Fail(errSparseProtocol(from, "allgather round %d: %d bytes beyond %d blobs", k, len(msg), cnt))
+			return nil, op.Fail(errSparseProtocol(op.commRank(from), "allgather round %d: %d bytes beyond %d blobs", k, len(msg), cnt))
 		}
 	}
 	if err := op.Wait(sends...); err != nil {
@@ -71,4 +71,32 @@ func spBruckBytesSent(size []int64) (bytes []int64, msgs []int) {
 		}
 	}
 	return bytes, msgs
+}
+
+// bruck adds the allgather of blocks of the given sizes (spAllgatherBlobs)
+// and in-memory sizes (spWire.mem; nil: the same), whose index codec
+// costs codec[r] seconds on each side (spWire.codecSecs; nil: none);
+// reduceFactor > 0 charges every received in-memory byte that many
+// reductions.
+func (pl *spPlan) bruck(size, mem, codec []float64, reduceFactor float64) {
+	p := len(size)
+	if mem == nil {
+		mem = size
+	}
+	for r := range p {
+		for d := 1; d < p; d *= 2 {
+			to := (r - d + p) % p
+			b, m, c := 0.0, 0.0, 0.0
+			for i := range min(d, p-d) {
+				b += size[(r+i)%p]
+				m += mem[(r+i)%p]
+				if codec != nil {
+					c += codec[(r+i)%p]
+				}
+			}
+			pl.msg(r, to, b, m, reduceFactor)
+			pl.indexCodec(r, to, c)
+		}
+	}
+	pl.endPhase()
 }

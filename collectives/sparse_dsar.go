@@ -1,6 +1,8 @@
 package collectives
 
 import (
+	"math"
+
 	"github.com/sparcml/sparcml/sparse"
 )
 
@@ -29,7 +31,7 @@ func dsarAllreduce[T Float](c *spCall[T], out *sparse.Vector[T]) error {
 	// that a neighbour that finishes its range first sends it straight
 	// into place rather than as unexpected messages to copy.
 	l := layout{n: dim, k: c.p, offs: c.bounds}
-	gather := postRingAllgather(c.op, out.Values, l, c.rank, spStepDenseGather, segmentElems[T]())
+	gather := postRingAllgather(c.op, out.Values, l, c.rank, spStepDenseGather, segmentElems[T](c.op))
 	parts, err := c.scatterToOwners()
 	if err != nil {
 		return err
@@ -60,4 +62,49 @@ func dsarQuantized[T Float](c *spCall[T], out *sparse.Vector[T]) error {
 		return c.op.Fail(err)
 	}
 	return c.gatherRanges(acc, out, true)
+}
+
+// planDSAR is dsarAllreduce's schedule for the cost model: the scatter to
+// owners, whose scatter-adds (sparse.AddAllTo) cost about what a dense
+// add does per byte and so are charged at Gamma rather than the merge's
+// SparseGamma, then the ring allgather of the dense blocks in place
+// (exact values) or, with a lossy codec, the Bruck allgather of the
+// quantized ranges (dsarQuantized).
+func planDSAR(pl *spPlan, p int, w spWire, sup spSupports, bounds []int) {
+	reduce := 1.0
+	if sg := pl.m.sparseGamma(); sg > 0 {
+		reduce = pl.m.Gamma / sg
+	}
+	planScatterToOwners(pl, p, w, sup, bounds, reduce)
+	size, mem := make([]float64, p), make([]float64, p)
+	for q := range p {
+		n := bounds[q+1] - bounds[q]
+		size[q], _ = w.msg(float64(n), n, 0, true)
+		mem[q] = w.mem(float64(n), n, size[q], true)
+		if !w.lossy() {
+			size[q] = float64(n * w.s) // raw blocks, no header (denseRing takes no mem)
+		}
+	}
+	if w.lossy() {
+		pl.bruck(size, mem, nil, 0)
+	} else {
+		pl.denseRing(size)
+	}
+}
+
+// denseRing adds a ring allgather of dense blocks of the given byte
+// sizes, received in place (exact DSAR's last phase): rank r forwards
+// every block but its right neighbour's, one message per segment (at
+// least one per block), with no encoding to charge.
+func (pl *spPlan) denseRing(size []float64) {
+	p := len(size)
+	for r := range p {
+		for t := range p - 1 {
+			b := size[(r-t+p)%p]
+			pl.msg(r, (r+1)%p, b, b, 0)
+			pl.phaseMsgs[r] += max(0, int(math.Ceil(b/segmentBytes))-1)
+		}
+	}
+	pl.raw = true
+	pl.endPhase()
 }

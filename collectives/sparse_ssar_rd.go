@@ -1,6 +1,8 @@
 package collectives
 
 import (
+	"math"
+
 	"github.com/sparcml/sparcml/sparse"
 )
 
@@ -18,9 +20,9 @@ import (
 // Bytes: from k*c*log2(P) (identical supports) to (P-1)*k*c (disjoint),
 // capped per round at the dense size.
 func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOut bool) error {
-	g := spFold(c.p)
+	g := newFoldedGroup(c.p)
 	rank, dim := c.rank, c.in.Dim
-	if rank < 2*g.rem && rank%2 == 0 {
+	if rank < 2*g.extra && rank%2 == 0 {
 		// Folded out: hand the input to the partner, get the result back.
 		buf, err := c.encode(c.sc.get(sparse.CompactSize(c.in.NNZ(), dim, sparse.ValueSize[T]()))[:0], c.in, 0, dim)
 		if err != nil {
@@ -61,7 +63,7 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 		cur = dst
 		return nil
 	}
-	if rank < 2*g.rem {
+	if rank < 2*g.extra {
 		msg, err := c.data(c.recv(rank-1, spStepFold, c.in.NNZ()*8+sparse.HeaderSize))
 		if err != nil {
 			return err
@@ -93,7 +95,7 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 		}
 	}
 	c.sc.keep(sendBuf)
-	if rank < 2*g.rem {
+	if rank < 2*g.extra {
 		buf, err := c.encode(c.sc.get(sparse.CompactSize(cur.NNZ(), dim, sparse.ValueSize[T]()))[:0], cur, 0, dim)
 		if err != nil {
 			return err
@@ -106,30 +108,46 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 	return nil
 }
 
-// spFolding maps P ranks onto the largest power of two pof2 <= P: the
-// first 2*rem ranks pair up (even into odd), the rest keep going.
-type spFolding struct{ pof2, rem int }
-
-func spFold(p int) spFolding {
-	pof2 := 1
-	for pof2*2 <= p {
-		pof2 *= 2
+// planSSARRecursiveDoubling is ssarRecursiveDoubling's schedule for the
+// cost model: the fold, then in each round every survivor sends the union
+// of its group's supports (merged on arrival), then the unfold.
+func planSSARRecursiveDoubling(pl *spPlan, p, dim int, w spWire, sup spSupports) {
+	g := newFoldedGroup(p)
+	// A partial sum of several ranks is dense in memory once the
+	// kernels' rule says so; an input sent in the fold is as given.
+	send := func(from, to int, k float64, group []int, reduce float64) {
+		idx := spIdx(w, sup, group, 0, dim)
+		memDense := len(group) > 1 && sparse.PreferDense(int(math.Round(k)), dim, w.s)
+		b, dense := w.msg(k, dim, idx, memDense)
+		pl.msg(from, to, b, w.mem(k, dim, b, dense), reduce)
+		pl.indexCodec(from, to, w.codecSecs(k, dim, idx, memDense))
 	}
-	return spFolding{pof2, p - pof2}
-}
-
-// newRank is the rank among the pof2 survivors (odd ranks of folded pairs
-// and every rank from 2*rem up).
-func (g spFolding) newRank(r int) int {
-	if r < 2*g.rem {
-		return r / 2
+	if g.extra > 0 {
+		for r := 0; r < 2*g.extra; r += 2 {
+			send(r, r+1, sup.count(r, 0, dim), []int{r}, 1)
+		}
+		pl.endPhase()
 	}
-	return r - g.rem
-}
-
-func (g spFolding) oldRank(n int) int {
-	if n < g.rem {
-		return 2*n + 1
+	for d := 1; d < g.pof2; d *= 2 {
+		for n := range g.pof2 {
+			// The group whose sum newrank n holds before this round.
+			var group []int
+			for o := n &^ (d - 1); o < n&^(d-1)+d; o++ {
+				group = append(group, g.oldRank(o))
+				if o < g.extra {
+					group = append(group, 2*o)
+				}
+			}
+			send(g.oldRank(n), g.oldRank(n^d), sup.union(group, 0, dim), group, 1)
+		}
+		pl.endPhase()
 	}
-	return n + g.rem
+	if g.extra > 0 {
+		all := spAllRanks(p)
+		k := sup.union(all, 0, dim)
+		for r := 0; r < 2*g.extra; r += 2 {
+			send(r+1, r, k, all, 0)
+		}
+		pl.endPhase()
+	}
 }

@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/sparcml/sparcml/sparse"
 	"github.com/sparcml/sparcml/transport"
@@ -128,7 +129,7 @@ func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) erro
 		d, nnz, _, err := sparse.Peek(b)
 		if err != nil || d != c.bounds[q+1]-c.bounds[q] {
 			return c.op.Fail(fmt.Errorf("%w: range %d of rank %d: dimension %d, expected %d (%v)",
-				transport.ErrProtocol, q, q, d, c.bounds[q+1]-c.bounds[q], err))
+				transport.ErrProtocol, q, c.op.commRank(q), d, c.bounds[q+1]-c.bounds[q], err))
 		}
 		total += nnz
 	}
@@ -173,7 +174,7 @@ func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) err
 			_, err = out.DecodeQuantAt(b, lo, c.q)
 		}
 		if err != nil {
-			return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad range: %w", transport.ErrProtocol, q, err))
+			return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad range: %w", transport.ErrProtocol, c.op.commRank(q), err))
 		}
 	}
 	return nil
@@ -194,4 +195,53 @@ func spAppendRange[T Float](out, v *sparse.Vector[T], lo int) {
 		out.Indices = append(out.Indices, x+uint32(lo))
 	}
 	out.Values = append(out.Values, v.Values...)
+}
+
+// planScatterToOwners is scatterToOwners' phase for the cost model: every
+// rank sends each owner its slice, whose in-memory bytes the owner
+// reduces reduce times. It returns, per owner, whether a piece arrived
+// dense (the owner's sum of its range is then dense in memory).
+func planScatterToOwners(pl *spPlan, p int, w spWire, sup spSupports, bounds []int, reduce float64) []bool {
+	gotDense := make([]bool, p)
+	for r := range p {
+		for q := range p {
+			if q != r {
+				n := bounds[q+1] - bounds[q]
+				k := sup.count(r, bounds[q], bounds[q+1])
+				idx := spIdx(w, sup, []int{r}, bounds[q], bounds[q+1])
+				b, dense := w.msg(k, n, idx, false)
+				gotDense[q] = gotDense[q] || dense
+				pl.msg(r, q, b, w.mem(k, n, b, dense), reduce)
+				pl.indexCodec(r, q, w.codecSecs(k, n, idx, false))
+			}
+		}
+	}
+	pl.endPhase()
+	return gotDense
+}
+
+// planSSARSplitAllgather is ssarSplitAllgather's schedule for the cost
+// model: the scatter to owners, whose P slices sparse.SumAll sums (see
+// mergePasses), then the Bruck allgather of the reduced ranges, each the
+// size of the union of the supports over its range in its smaller
+// encoding.
+func planSSARSplitAllgather(pl *spPlan, p, dim int, w spWire, sup spSupports, bounds []int) {
+	k := 0.0
+	for r := range p {
+		k += sup.count(r, 0, dim)
+	}
+	gotDense := planScatterToOwners(pl, p, w, sup, bounds, mergePasses(k, dim, p))
+	all := spAllRanks(p)
+	size, mem, codec := make([]float64, p), make([]float64, p), make([]float64, p)
+	for q := range p {
+		n := bounds[q+1] - bounds[q]
+		union := sup.union(all, bounds[q], bounds[q+1])
+		memDense := gotDense[q] || sparse.PreferDense(int(math.Round(union)), n, w.s)
+		idx := spIdx(w, sup, all, bounds[q], bounds[q+1])
+		var dense bool
+		size[q], dense = w.msg(union, n, idx, memDense)
+		mem[q] = w.mem(union, n, size[q], dense)
+		codec[q] = w.codecSecs(union, n, idx, memDense)
+	}
+	pl.bruck(size, mem, codec, 0)
 }

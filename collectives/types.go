@@ -24,12 +24,16 @@ const (
 	Float64
 )
 
+var dtypeNames = [...]string{
+	Float32: "float32",
+	Float64: "float64",
+}
+
+// String returns the type's name ("float32"), or "dtype(N)" for an unknown
+// value.
 func (d DType) String() string {
-	switch d {
-	case Float32:
-		return "float32"
-	case Float64:
-		return "float64"
+	if int(d) < len(dtypeNames) && dtypeNames[d] != "" {
+		return dtypeNames[d]
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
@@ -57,23 +61,41 @@ func DTypeOf[T Float]() DType {
 // ReduceOp is the reduction applied by Allreduce and ReduceScatter.
 type ReduceOp uint8
 
-// Reductions.
+// Reductions. Avg is Sum divided by the number of ranks (NCCL's
+// ncclAvg): the partial results combine as a sum, and the division is done
+// once, on the complete sum, so the result is the correctly rounded
+// quotient of the sum the algorithm computed.
 const (
 	Sum ReduceOp = iota
 	Min
 	Max
+	Avg
 )
 
+var reduceNames = [...]string{
+	Sum: "sum",
+	Min: "min",
+	Max: "max",
+	Avg: "avg",
+}
+
+// String returns the reduction's name ("sum"), or "reduce(N)" for an
+// unknown value.
 func (r ReduceOp) String() string {
-	switch r {
-	case Sum:
-		return "sum"
-	case Min:
-		return "min"
-	case Max:
-		return "max"
+	if int(r) < len(reduceNames) && reduceNames[r] != "" {
+		return reduceNames[r]
 	}
 	return fmt.Sprintf("reduce(%d)", uint8(r))
+}
+
+// ParseReduceOp parses a reduction name as printed by ReduceOp.String.
+func ParseReduceOp(s string) (ReduceOp, error) {
+	for r := Sum; r <= Avg; r++ {
+		if strings.EqualFold(s, r.String()) {
+			return r, nil
+		}
+	}
+	return Sum, fmt.Errorf("unknown reduction %q (want sum, avg, min or max)", s)
 }
 
 // Algo selects an algorithm. AlgoAuto lets the cost model choose.
@@ -95,6 +117,10 @@ const (
 	// AlgoQuantizedSplit is QuantizedAllreduce's direct-send reduce-scatter
 	// plus allgather of encoded blocks.
 	AlgoQuantizedSplit
+	// AlgoHierarchical is the dense allreduce that follows Op.Topo:
+	// reduce-scatter within each host, allreduce across hosts, allgather
+	// within each host.
+	AlgoHierarchical
 	algoCount
 )
 
@@ -109,6 +135,7 @@ var algoNames = [...]string{
 	AlgoSparseAllgather:       "allgather",
 	AlgoDirect:                "direct",
 	AlgoQuantizedSplit:        "quantized-split",
+	AlgoHierarchical:          "hierarchical",
 }
 
 func (a Algo) String() string {

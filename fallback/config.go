@@ -3,10 +3,10 @@ package fallback
 import (
 	"fmt"
 	"net"
-	"os"
 	"time"
 
 	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -49,20 +49,22 @@ type Config struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF; the kernel caps it at
 	// net.core.{w,r}mem_max. 0 (the default) leaves the sizes to the
 	// kernel's autotuning, which grows them up to net.ipv4.tcp_{r,w}mem's
-	// maximum: measured on loopback, a fixed 4 MiB (the usual rmem_max)
-	// costs large messages a quarter of their bandwidth against it.
+	// maximum: a fixed size at the usual rmem_max keeps the window below
+	// what large messages need (compare with `sparcml bench --op p2p
+	// --baseline` and large --sizes).
 	SocketBuffer int
 	// Congestion chooses the TCP congestion control of the connections;
-	// empty means $SPARCML_TCP_CONGESTION, and that unset means "auto".
+	// empty means "auto" (the public API passes SPARCML_TCP_CONGESTION).
 	// "auto": a connection between two addresses of this host whose
 	// kernel default paces its sends (bbr) uses cubic instead (reno if
 	// cubic is not there); every other connection keeps the kernel's
 	// choice. Without an fq qdisc, a pacing algorithm sends the rest of a
 	// large message from a timer, and on a busy host that timer fires
-	// late: on the 2-core development VM, 64 KiB to 256 KiB round trips
-	// over loopback took 2-3x longer in about half of the runs with bbr
-	// and in none with cubic (docs/PERFORMANCE.md, "p2p"). Pacing spares
-	// a network's queues, which a loopback connection does not have.
+	// late, so that medium-sized round trips over loopback now and then
+	// take several times as long (scripts/ab-p2p.sh alternating
+	// SPARCML_TCP_CONGESTION=system with auto shows it; docs/PERFORMANCE.md,
+	// "p2p"). Pacing spares a network's queues, which a loopback
+	// connection does not have.
 	// "system" keeps the kernel's choice everywhere. Any other value is
 	// the algorithm every connection must use (see
 	// net.ipv4.tcp_available_congestion_control; an unprivileged process
@@ -81,8 +83,9 @@ type Config struct {
 	// (not answering keepalive probes, not acknowledging data) before it
 	// is declared lost (default 30s).
 	PeerTimeout time.Duration
-	// Logf, if not nil, receives diagnostics such as refused connections.
-	Logf func(format string, args ...any)
+	// Log, if not nil, receives diagnostics such as refused connections
+	// (subsystem logging.TCP).
+	Log *logging.Logger
 }
 
 // withDefaults checks cfg and returns it with defaults filled in.
@@ -115,9 +118,6 @@ func (cfg Config) withDefaults() (Config, error) {
 		return invalid("negative SocketBuffer %d", cfg.SocketBuffer)
 	}
 	if cfg.Congestion == "" {
-		cfg.Congestion = os.Getenv("SPARCML_TCP_CONGESTION")
-	}
-	if cfg.Congestion == "" {
 		cfg.Congestion = CongestionAuto
 	}
 	if !validCongestion(cfg.Congestion) {
@@ -140,9 +140,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.PeerTimeout < time.Second {
 		return invalid("PeerTimeout %v is below one second", cfg.PeerTimeout)
-	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
 	}
 	return cfg, nil
 }

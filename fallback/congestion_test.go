@@ -44,11 +44,9 @@ func TestCongestionPolicyChecked(t *testing.T) {
 		_, err := Config{Rank: 0, Size: 1, Token: testToken, Congestion: bad}.withDefaults()
 		require.ErrorContains(t, err, "congestion control", "policy %q", bad)
 	}
-	t.Setenv("SPARCML_TCP_CONGESTION", "reno")
-	cfg, err := Config{Rank: 0, Size: 1, Token: testToken}.withDefaults()
+	cfg, err := Config{Rank: 0, Size: 1, Token: testToken, Congestion: "reno"}.withDefaults()
 	require.NoError(t, err)
 	require.Equal(t, "reno", cfg.Congestion)
-	t.Setenv("SPARCML_TCP_CONGESTION", "")
 	cfg, err = Config{Rank: 0, Size: 1, Token: testToken}.withDefaults()
 	require.NoError(t, err)
 	require.Equal(t, CongestionAuto, cfg.Congestion)

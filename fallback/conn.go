@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -55,8 +56,7 @@ type conn struct {
 	// The reader's low-water mark call and scatter read (Linux).
 	lowatN   int
 	lowatSet func(uintptr)
-	rvec     [3][]byte
-	rk       int // how many of rvec the read uses
+	rvec     [2][]byte
 	rn       int
 	rerr     error
 	rread    func(uintptr) bool // readvOnce, made once
@@ -85,7 +85,6 @@ func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 	}
 	if c.rc != nil && scatterReads {
 		c.fr.r.two = c.readTwo
-		c.fr.r.three = c.readThree
 	}
 	return c
 }
@@ -222,7 +221,7 @@ func (c *conn) writeFailed(batch []*sendItem, err error) {
 		c.q.close(lost)
 		return
 	}
-	t.fail(lost, c.peer)
+	t.failPeer(lost, c.peer)
 }
 
 // readLoop is the connection's background reader: it reads whenever it is
@@ -268,14 +267,17 @@ func (c *conn) reportReadEnd(err error) {
 		return
 	}
 	if errors.Is(err, transport.ErrProtocol) {
-		t.cfg.Logf("tcp: rank %d: protocol error from rank %d on connection %d: %v", t.rank, c.peer, c.index, err)
+		t.cfg.Log.Warnf(logging.TCP, "protocol error from rank %d on connection %d: %v", c.peer, c.index, err)
 		// A rank that cannot trust its input is broken as a whole:
 		// closing every connection tells the other ranks at once.
-		t.fail(&transport.PeerError{Peer: c.peer, Kind: transport.ErrProtocol,
-			Err: protocolCause(t.rank, c, err)}, closeAll)
+		perr := &transport.PeerError{Peer: c.peer, Kind: transport.ErrProtocol, Err: protocolCause(c, err)}
+		if t.losePeer(c.peer, perr) {
+			return // the per-peer model: only that peer's connections close
+		}
+		t.fail(perr, closeAll)
 		return
 	}
-	t.fail(t.lost(c, "receive from", err), c.peer)
+	t.failPeer(t.lost(c, "receive from", err), c.peer)
 }
 
 // sayGoodbye writes a goodbye frame, best effort: the connection is about
@@ -303,6 +305,6 @@ func (c *conn) goodbyeReason() string {
 	return ""
 }
 
-func protocolCause(rank int, c *conn, err error) error {
-	return fmt.Errorf("rank %d: connection %d from rank %d: %w", rank, c.index, c.peer, err)
+func protocolCause(c *conn, err error) error {
+	return fmt.Errorf("connection %d from rank %d: %w", c.index, c.peer, err)
 }

@@ -60,21 +60,10 @@ func (c *conn) writevOnce(fd uintptr) bool {
 // connection's reader calls it, so the conn's read fields are its own.
 func (c *conn) readTwo(a, b []byte) (int, error) {
 	c.rvec[0], c.rvec[1] = a, b
-	return c.readVec(2)
-}
-
-// readThree is the socket's inBuf.three: readTwo with three buffers.
-func (c *conn) readThree(a, b, d []byte) (int, error) {
-	c.rvec[0], c.rvec[1], c.rvec[2] = a, b, d
-	return c.readVec(3)
-}
-
-// readVec reads into the first k buffers of c.rvec with one readv.
-func (c *conn) readVec(k int) (int, error) {
 	if c.rread == nil {
 		c.rread = c.readvOnce // made once, like writeNow's callback
 	}
-	c.rk, c.rn, c.rerr = k, 0, nil
+	c.rn, c.rerr = 0, nil
 	err := c.rc.Read(c.rread)
 	n, rerr := c.rn, c.rerr
 	clear(c.rvec[:])
@@ -90,11 +79,11 @@ func (c *conn) readVec(k int) (int, error) {
 	return n, nil
 }
 
-// readvOnce is readVec's callback. It returns false, "wait until the
+// readvOnce is readTwo's callback. It returns false, "wait until the
 // socket is readable and call again", only when nothing is queued.
 func (c *conn) readvOnce(fd uintptr) bool {
 	for {
-		n, err := unix.Readv(int(fd), c.rvec[:c.rk])
+		n, err := unix.Readv(int(fd), c.rvec[:])
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue

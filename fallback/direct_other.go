@@ -16,6 +16,3 @@ func (c *conn) readTwo(a, b []byte) (int, error) { return c.nc.Read(a) }
 
 // scatterReads: whether the reader uses readTwo.
 const scatterReads = false
-
-// readThree is not used on this platform.
-func (c *conn) readThree(a, b, d []byte) (int, error) { return c.nc.Read(a) }

@@ -51,9 +51,6 @@ type chunkReader struct {
 	rng      *rand.Rand
 	onRead   func(pos int)
 	maxChunk int
-	// breaks, ascending: no read crosses one of these offsets, as when
-	// frames arrive one at a time.
-	breaks []int
 }
 
 func (r *chunkReader) Read(p []byte) (int, error) {
@@ -68,12 +65,6 @@ func (r *chunkReader) readOn(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n := min(len(p), len(r.data)-r.pos, 1+r.rng.IntN(r.maxChunk))
-	for _, b := range r.breaks {
-		if b > r.pos {
-			n = min(n, b-r.pos)
-			break
-		}
-	}
 	copy(p, r.data[r.pos:r.pos+n])
 	r.pos += n
 	return n, nil
@@ -102,13 +93,11 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 		return len(stream)
 	}
 	for _, tc := range []struct {
-		maxChunk           int
-		scatter, speculate bool
-	}{{1 << 10, false, false}, {64 << 10, false, false}, {1 << 20, false, false},
-		{1 << 10, true, false}, {64 << 10, true, false}, {1 << 20, true, false},
-		{1 << 10, true, true}, {64 << 10, true, true}, {1 << 20, true, true}} {
+		maxChunk int
+		scatter  bool
+	}{{1 << 10, false}, {64 << 10, false}, {1 << 20, false}, {1 << 10, true}, {64 << 10, true}, {1 << 20, true}} {
 		maxChunk := tc.maxChunk
-		t.Run(fmt.Sprintf("chunks=%d/scatter=%v/speculate=%v", maxChunk, tc.scatter, tc.speculate), func(t *testing.T) {
+		t.Run(fmt.Sprintf("chunks=%d/scatter=%v", maxChunk, tc.scatter), func(t *testing.T) {
 			m := transport.NewMatcher(0, 0)
 			posted := map[int]*transport.Request{}
 			for i, n := range sizes {
@@ -140,25 +129,8 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 			if tc.scatter {
 				fr.r.two = readTwoFrom(src)
 			}
-			next := func() {} // with speculate: read as the waiter for the next posted receive
-			threes := 0
-			if tc.speculate {
-				src.breaks = ends // frames come one at a time: the buffer is empty between them
-				three := readThreeFrom(src)
-				fr.r.three = func(a, b, c []byte) (int, error) { threes++; return three(a, b, c) }
-				next = func() {
-					fr.want = false
-					for i := range sizes {
-						if r := posted[i]; r != nil && !r.Completed() {
-							fr.want, fr.wantTag = true, r.Tag
-							return
-						}
-					}
-				}
-			}
 			var err error
 			for err == nil {
-				next()
 				err = fr.readFrame(true)
 			}
 			if err != io.EOF {
@@ -169,9 +141,6 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 			}
 			if raised == 0 {
 				t.Fatal("the mark was never raised")
-			}
-			if tc.speculate && threes == 0 {
-				t.Fatal("no frame was read speculatively")
 			}
 			for i, n := range sizes {
 				r := posted[i]

@@ -168,7 +168,7 @@ func TestGoodbyeCarriesTheCause(t *testing.T) {
 	tag := transport.Tag{Comm: 9, Seq: 1}
 	pending := j.ts[1].Recv(0, tag, testDesc, make([]byte, 8))
 	j.ts[0].fail(&transport.PeerError{Peer: 2, Kind: transport.ErrPeerLost,
-		Err: errors.New("rank 0: receive from rank 2 on connection 0: EOF")}, 2)
+		Err: errors.New("receive from rank 2 on connection 0: EOF")}, 2)
 	j.ts[0].Close()
 	err := pending.Wait(ctx)
 	if !errors.Is(err, transport.ErrPeerLost) {

@@ -7,7 +7,7 @@ import (
 	"github.com/sparcml/sparcml/transport"
 )
 
-// Wire format. Every frame is a fixed 48-byte little-endian header followed
+// Wire format. Every frame is a fixed 56-byte little-endian header followed
 // by length payload bytes:
 //
 //	offset size field
@@ -18,8 +18,8 @@ import (
 //	     8    4 communicator id
 //	    12    4 step
 //	    16    8 operation sequence number
-//	    24   16 transport.Desc (kind, dtype, reduce, algo, root int32, count uint64)
-//	    40    8 payload length
+//	    24   24 transport.Desc (transport.EncodeDesc)
+//	    48    8 payload length
 //
 // A fixed header lets the reader learn a message's size before touching the
 // payload, so the payload can be read straight into the posted receive
@@ -27,8 +27,8 @@ import (
 // it without being misread by this one.
 const (
 	frameMagic      uint32 = 0x46435053 // "SPCF" in little-endian byte order
-	protocolVersion uint8  = 1
-	headerSize             = 48
+	protocolVersion uint8  = 2
+	headerSize             = 56
 
 	// maxReasonLen bounds the reason text of a fail-op frame.
 	maxReasonLen = 1024
@@ -73,28 +73,8 @@ func encodeHeader(b []byte, h *header) {
 	binary.LittleEndian.PutUint32(b[8:], h.tag.Comm)
 	binary.LittleEndian.PutUint32(b[12:], h.tag.Step)
 	binary.LittleEndian.PutUint64(b[16:], h.tag.Seq)
-	encodeDesc(b[24:40], h.desc)
-	binary.LittleEndian.PutUint64(b[40:], h.length)
-}
-
-func encodeDesc(b []byte, d transport.Desc) {
-	b[0] = uint8(d.Kind)
-	b[1] = d.DType
-	b[2] = d.Reduce
-	b[3] = d.Algo
-	binary.LittleEndian.PutUint32(b[4:], uint32(d.Root))
-	binary.LittleEndian.PutUint64(b[8:], d.Count)
-}
-
-func decodeDesc(b []byte) transport.Desc {
-	return transport.Desc{
-		Kind:   transport.OpKind(b[0]),
-		DType:  b[1],
-		Reduce: b[2],
-		Algo:   b[3],
-		Root:   int32(binary.LittleEndian.Uint32(b[4:])),
-		Count:  binary.LittleEndian.Uint64(b[8:]),
-	}
+	transport.EncodeDesc(b[24:48], h.desc)
+	binary.LittleEndian.PutUint64(b[48:], h.length)
 }
 
 // protocolError is a malformed frame or hello. It matches
@@ -132,8 +112,8 @@ func decodeHeader(b []byte, maxMessage int64) (header, error) {
 	h.tag.Comm = binary.LittleEndian.Uint32(b[8:])
 	h.tag.Step = binary.LittleEndian.Uint32(b[12:])
 	h.tag.Seq = binary.LittleEndian.Uint64(b[16:])
-	h.desc = decodeDesc(b[24:40])
-	h.length = binary.LittleEndian.Uint64(b[40:])
+	h.desc = transport.DecodeDesc(b[24:48])
+	h.length = binary.LittleEndian.Uint64(b[48:])
 
 	var limit uint64
 	switch h.kind {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -37,6 +38,9 @@ func (l *logBuffer) logf(format string, args ...any) {
 	defer l.mu.Unlock()
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 }
+
+// logger is a logger of every level writing to l.
+func (l *logBuffer) logger() *logging.Logger { return logging.ToPrintf(l.logf) }
 
 func (l *logBuffer) contains(s string) bool {
 	l.mu.Lock()
@@ -82,7 +86,7 @@ func startJob(t testing.TB, size int, mod func(*Config)) *job {
 }
 
 func (j *job) config(rank, size int, mod func(*Config)) Config {
-	cfg := Config{Rank: rank, Size: size, Store: j.store, Token: testToken, Logf: j.log.logf}
+	cfg := Config{Rank: rank, Size: size, Store: j.store, Token: testToken, Log: j.log.logger()}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -1,10 +1,6 @@
 package fallback
 
-import (
-	"io"
-
-	"github.com/sparcml/sparcml/transport"
-)
+import "io"
 
 // inBuf is the buffered reader in front of a connection's socket, like a
 // bufio.Reader with one addition: a payload at least as large as the
@@ -18,40 +14,20 @@ type inBuf struct {
 	src io.Reader
 	// two, if not nil, reads into a and then b with one system call and
 	// returns how many bytes it read in all (at least one, or an error).
-	two func(a, b []byte) (int, error)
-	// three is two with three buffers (see fillAround).
-	three func(a, b, c []byte) (int, error)
-	buf   []byte
-	r, w  int // buf[r:w] is buffered
-	// home is the buffer's own array while buf is a larger one that
-	// unread needed (nil otherwise); it comes back once buf is drained.
-	home []byte
+	two  func(a, b []byte) (int, error)
+	buf  []byte
+	r, w int // buf[r:w] is buffered
 }
 
 func newInBuf(src io.Reader, size int) *inBuf {
 	return &inBuf{src: src, buf: make([]byte, size)}
 }
 
-// size is the buffer's own size.
-func (b *inBuf) size() int {
-	if b.home != nil {
-		return len(b.home)
-	}
-	return len(b.buf)
-}
-
 // Buffered is how many bytes can be read without touching the source.
 func (b *inBuf) Buffered() int { return b.w - b.r }
 
-// empty starts a read into the drained buffer: back to its own array if
-// unread had to borrow a larger one.
-func (b *inBuf) empty() {
-	b.r, b.w = 0, 0
-	if b.home != nil {
-		transport.PutBuf(b.buf)
-		b.buf, b.home = b.home, nil
-	}
-}
+// empty starts a read into the drained buffer.
+func (b *inBuf) empty() { b.r, b.w = 0, 0 }
 
 // fill reads at least one byte into the empty buffer.
 func (b *inBuf) fill() error {
@@ -124,50 +100,4 @@ func (b *inBuf) Skip(n int) (int, error) {
 	k := min(n, b.w-b.r)
 	b.r += k
 	return k, nil
-}
-
-// fillAround reads, with nothing buffered, into head, then mid, then the
-// buffer, with one system call; it returns how many bytes it read in all
-// (those beyond head and mid are buffered). It needs three.
-func (b *inBuf) fillAround(head, mid []byte) (int, error) {
-	b.empty()
-	n, err := b.three(head, mid, b.buf)
-	if n < 0 || n > len(head)+len(mid)+len(b.buf) {
-		return 0, io.ErrNoProgress
-	}
-	if k := len(head) + len(mid); n > k {
-		b.w = n - k
-	}
-	return n, err
-}
-
-// unread puts p in front of the buffered bytes, to be read again: the
-// bytes a speculative read put somewhere else (see fillAround). If they do
-// not fit, the buffer borrows a larger array until it is drained.
-func (b *inBuf) unread(p []byte) {
-	if len(p) == 0 {
-		return
-	}
-	if b.r >= len(p) {
-		b.r -= len(p)
-		copy(b.buf[b.r:], p)
-		return
-	}
-	n := len(p) + b.w - b.r
-	borrow := n > len(b.buf)
-	dst := b.buf
-	if borrow {
-		dst = transport.GetBuf(n)
-	}
-	copy(dst[len(p):], b.buf[b.r:b.w]) // may overlap: copy moves
-	copy(dst, p)
-	if borrow {
-		if b.home == nil {
-			b.home = b.buf
-		} else {
-			transport.PutBuf(b.buf) // an earlier borrowed array
-		}
-		b.buf = dst
-	}
-	b.r, b.w = 0, n
 }

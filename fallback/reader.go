@@ -41,16 +41,6 @@ type frameReader struct {
 	lowat func(n int)
 	mark  int // the mark set last; 0 is the socket default, 1
 
-	// want: the caller reading is waiting for the receive tagged
-	// wantTag from this peer, whose payload may be read speculatively
-	// (readSpeculative). Set and cleared by that caller.
-	want    bool
-	wantTag transport.Tag
-	// missed: the last speculative read was another frame's, so the next
-	// header is read the normal way (a miss costs a copy of what landed
-	// in the receive's buffer; this bounds misses to every other frame).
-	missed bool
-
 	hdr        [headerSize]byte
 	reason     [maxReasonLen]byte
 	sawGoodbye bool
@@ -101,11 +91,6 @@ func (fr *frameReader) readFrame(block bool) error {
 }
 
 func (fr *frameReader) readHeader() error {
-	if fr.want && !fr.missed && fr.hdrGot == 0 && fr.r.Buffered() == 0 && fr.r.three != nil {
-		if started, err := fr.readSpeculative(); started || err != nil {
-			return err
-		}
-	}
 	fr.needBytes(headerSize - fr.hdrGot)
 	if err := fr.readInto(fr.hdr[:], &fr.hdrGot, false); err != nil {
 		switch {
@@ -118,7 +103,7 @@ func (fr *frameReader) readHeader() error {
 		}
 		return fmt.Errorf("reading frame header: %w", err)
 	}
-	fr.hdrGot, fr.missed = 0, false
+	fr.hdrGot = 0
 	h, err := decodeHeader(fr.hdr[:], fr.maxMessage)
 	if err != nil {
 		return err
@@ -134,75 +119,6 @@ func (fr *frameReader) startFrame(h header) error {
 	fr.inFrame, fr.cur = true, h
 	fr.claimed, fr.claim, fr.got = false, transport.Claimed{}, 0
 	return nil
-}
-
-// readSpeculative reads the next frame, with nothing buffered, for a
-// caller waiting for one receive whose buffer is larger than the read
-// buffer: one readv into the header, that buffer and the read buffer. If
-// the frame is the receive's message, the start of its payload (often all
-// of it) is in place: a round trip costs one read and no copy instead of
-// a read into the read buffer, a copy out of it and a read of the rest.
-// If it is another frame, the bytes after its header move to the read
-// buffer. Meanwhile the receive is reserved (transport.Matcher.Reserve),
-// so nothing else fills or fails it, and the fill gate is held: a read
-// that waits for data holds both for at most waiterTick (the waiter's
-// read deadline), which bounds how late a failure reaches the receive. started reports that the frame's
-// header was read and the frame started; false with a nil error means
-// nothing was read past what fr.hdrGot says, and the normal path goes on.
-func (fr *frameReader) readSpeculative() (started bool, err error) {
-	buf, ok := fr.m.Reserve(fr.peer, fr.wantTag, fr.r.size()+1)
-	if !ok {
-		return false, nil
-	}
-	if !fr.gate.enterFill() {
-		fr.m.Unreserve(fr.peer, fr.wantTag)
-		return false, errStopping
-	}
-	fr.needBytes(headerSize)
-	n, _ := fr.r.fillAround(fr.hdr[:], buf)
-	if n < headerSize {
-		// Nothing (an error, or a deadline: the normal path meets it
-		// again and reports it as for any header), or part of a header
-		// (nothing in buf): the normal path reads the rest.
-		fr.hdrGot = n
-		fr.gate.exitFill()
-		fr.m.Unreserve(fr.peer, fr.wantTag)
-		return false, nil
-	}
-	landed := min(n-headerSize, len(buf)) // bytes in buf; any more are buffered
-	h, err := decodeHeader(fr.hdr[:], fr.maxMessage)
-	if err == nil && fr.sawGoodbye {
-		err = protocolErrorf("%v frame after goodbye", h.kind)
-	}
-	if err != nil {
-		fr.gate.exitFill()
-		fr.m.Unreserve(fr.peer, fr.wantTag)
-		return false, err
-	}
-	if h.kind != frameData || h.tag != fr.wantTag {
-		// Another frame: its bytes go back in front of the buffered
-		// ones, copied out of buf before buf is given back.
-		fr.r.unread(buf[:landed])
-		fr.gate.exitFill()
-		fr.m.Unreserve(fr.peer, fr.wantTag)
-		fr.missed = true
-		return true, fr.startFrame(h)
-	}
-	// The receive's message. Bytes in buf past its payload start the
-	// next frame.
-	n = int(h.length) // decodeHeader bounded it by maxMessage
-	if landed > n {
-		fr.r.unread(buf[n:landed])
-		landed = n
-	}
-	c, err := fr.m.ClaimReserved(fr.peer, h.tag, h.desc, n, landed)
-	fr.gate.exitFill()
-	if err != nil {
-		return false, err
-	}
-	fr.startFrame(h) // cannot fail: sawGoodbye was checked
-	fr.claimed, fr.claim, fr.got = true, c, landed
-	return true, nil
 }
 
 // readReason reads the text of a fail-op or goodbye frame and acts on it.
@@ -285,14 +201,12 @@ func (fr *frameReader) discard(n int) error {
 
 // Low-water marks for large payloads (see readPayload). Below lowatMin
 // still to come, a payload arrives in few segments and the two setsockopt
-// calls are not worth it: with the mark from 64 KiB, messages of 128 KiB,
-// 256 KiB and 512 KiB sent one at a time took 0.84 / 0.90 / 0.91 of a
-// plain socket's throughput; from 512 KiB, 0.94 / 0.94 / 1.22 (medians of
-// 8 alternated rounds; 16 in flight and 1-16 MiB messages showed no
-// difference; commands in docs/PERFORMANCE.md, "p2p in session 6"). A mark never exceeds lowatCap, so that reading a very large
-// payload still overlaps with its sending; measured on loopback, 4 MiB
-// beat 256 KiB and 1 MiB for 8-64 MiB messages and matched an unbounded
-// mark at 2 MiB.
+// calls cost more than the wake-ups they save; from lowatMin on, the mark
+// saves more than it costs. A mark never exceeds lowatCap, so that reading
+// a very large payload still overlaps with its sending. Both values come
+// from builds that differ only in them, alternated with scripts/ab-p2p.sh
+// one message at a time and 16 in flight, from 128 KiB to 64 MiB
+// (docs/PERFORMANCE.md, "p2p").
 const (
 	lowatMin = 512 << 10
 	lowatCap = 4 << 20
@@ -302,8 +216,9 @@ const (
 // raises the socket's receive low-water mark to what is still to come, so
 // that the reader sleeps until that much has arrived instead of waking for
 // every segment: on a busy machine each of those wake-ups is a thread
-// competing with the sender for a CPU, and a 1 MiB message could take
-// twice as long as over a plain socket. The mark only ever asks for bytes
+// competing with the sender for a CPU, which makes large messages much
+// slower than over a plain socket (`sparcml bench --op p2p --baseline`).
+// The mark only ever asks for bytes
 // this frame still owes (a mark the stream cannot meet would never wake
 // the reader); needBytes puts it back at 1 before anything else is read
 // from the socket.

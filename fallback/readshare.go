@@ -17,10 +17,11 @@ import (
 // for it costs a goroutine wake-up per message, and in Go waking a
 // goroutine also wakes an idle thread to look for work (the runtime's
 // wakep). On a machine with few cores that thread takes CPU from the very
-// peer the next message comes from: over a plain socket, one such hand-off
-// per message took the median 64 KiB round trip from 38 to 95 us on the
-// 2-core development machine (BenchmarkHandoffPingPong; docs/PERFORMANCE.md,
-// "p2p"). So a goroutine waiting for a receive reads the socket itself
+// peer the next message comes from, and one such hand-off per message
+// over a plain socket makes a round trip much slower than the socket's
+// own (BenchmarkHandoffPingPong measures it against a direct read; the
+// figures are in docs/PERFORMANCE.md, "p2p"). So a goroutine waiting for
+// a receive reads the socket itself
 // when nobody else is, and the runtime's network poller wakes exactly that
 // goroutine when the data arrives, as it wakes the caller of a plain
 // net.Conn Read.
@@ -109,7 +110,6 @@ func (c *conn) watchingLocked() bool {
 // release frees the read side: to the blocked waiters if there are any,
 // else to the background reader if it has reason to run, else to nobody.
 func (c *conn) release() {
-	c.fr.want = false // a waiter's bet on its receive ends with its turn
 	rs := &c.rs
 	rs.mu.Lock()
 	rs.owner = ownerNone
@@ -211,11 +211,9 @@ func (c *conn) waitRecv(ctx context.Context, r *transport.Request) error {
 }
 
 // readFor reads frames as the read side's owner until r completes or ctx
-// ends. While it does, the frame reader may read a payload it has not
-// seen the header of yet straight into r's buffer (see readSpeculative).
+// ends.
 func (c *conn) readFor(ctx context.Context, r *transport.Request) error {
 	c.renewDeadline()
-	c.fr.wantTag, c.fr.want = r.Tag, true
 	for {
 		if r.Completed() {
 			c.release()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -26,7 +27,8 @@ func addrKey(rank int) string { return "tcp/addr/" + strconv.Itoa(rank) }
 type mesh struct {
 	cfg *Config
 
-	congestionSaid sync.Once // logged the auto congestion switch
+	congestionSaid sync.Once       // logged the auto congestion switch
+	refusals       logging.Limiter // of the "refused connection" warnings
 
 	mu       sync.Mutex
 	slots    [][]*net.TCPConn // slots[peer][index]
@@ -86,7 +88,7 @@ func connectMesh(ctx context.Context, cfg *Config) ([][]*net.TCPConn, error) {
 		select {
 		case <-m.complete:
 		case <-setupCtx.Done():
-			firstErr = fmt.Errorf("tcp: rank %d: waiting for connections from ranks %v: %w", cfg.Rank, m.missingRanks(), setupCtx.Err())
+			firstErr = fmt.Errorf("tcp: rank %d: waiting for connections from %s: %w", cfg.Rank, transport.RankList(m.missingRanks()), setupCtx.Err())
 		}
 	}
 	cancel()
@@ -108,7 +110,7 @@ func (m *mesh) acceptLoop(ctx context.Context, ln *net.TCPListener, handshakes *
 		nc, err := ln.AcceptTCP()
 		if err != nil {
 			if ctx.Err() == nil {
-				m.cfg.Logf("tcp: rank %d: accept: %v", m.cfg.Rank, err)
+				m.cfg.Log.Warnf(logging.TCP, "accept: %v", err)
 			}
 			return
 		}
@@ -116,12 +118,32 @@ func (m *mesh) acceptLoop(ctx context.Context, ln *net.TCPListener, handshakes *
 		go func() {
 			defer handshakes.Done()
 			if err := m.acceptOne(ctx, nc); err != nil {
-				nc.Close()
-				m.cfg.Logf("tcp: rank %d: refused connection from %v: %v", m.cfg.Rank, nc.RemoteAddr(), err)
+				// The refusal is logged before the connection closes, so
+				// a client that sees its refusal finds it in the log.
+				defer nc.Close()
+				// Once the set-up is over (complete or failed) its
+				// context closes the handshakes still running: that is
+				// no refusal worth a warning.
+				// Strangers (who fail authentication) are rate-limited;
+				// a rank of the job that disagrees about it is said
+				// every time: there are at most a few of those.
+				var stranger strangerError
+				switch {
+				case ctx.Err() != nil:
+				case errors.As(err, &stranger):
+					m.cfg.Log.WarnLimited(&m.refusals, logging.TCP, "refused connection from %v: %v", nc.RemoteAddr(), err)
+				default:
+					m.cfg.Log.Warnf(logging.TCP, "refused connection from %v: %v", nc.RemoteAddr(), err)
+				}
 			}
 		}()
 	}
 }
+
+// strangerError is the refusal of a connection that did not authenticate.
+type strangerError struct{ error }
+
+func (e strangerError) Unwrap() error { return e.error }
 
 // acceptOne authenticates an incoming connection, checks its hello and, if
 // it is the connection a higher rank owes us, files it in its slot.
@@ -134,7 +156,7 @@ func (m *mesh) acceptOne(ctx context.Context, nc *net.TCPConn) error {
 	}
 	deadline := handshakeDeadline(ctx)
 	if err := bootstrap.Authenticate(nc, cfg.Token, false, deadline); err != nil {
-		return err
+		return strangerError{err}
 	}
 	theirs, err := readHello(nc, deadline)
 	if err != nil {
@@ -348,9 +370,15 @@ func (m *mesh) tuneConn(nc *net.TCPConn) error {
 		return fmt.Errorf("congestion control (SPARCML_TCP_CONGESTION=%s): %w", cfg.Congestion, err)
 	}
 	if to != "" && cfg.Congestion == CongestionAuto {
+		// Every rank applies the same rule, so rank 0 says it for the
+		// job; the others say it only at TRACE.
 		m.congestionSaid.Do(func() {
-			cfg.Logf("tcp: rank %d: connections within this host use %s, not %s, which paces sends (SPARCML_TCP_CONGESTION=system keeps it)",
-				cfg.Rank, to, from)
+			level := logging.Info
+			if cfg.Rank != 0 {
+				level = logging.Trace
+			}
+			cfg.Log.Logf(level, logging.TCP, "connections within this host use %s, not %s, which paces sends (SPARCML_TCP_CONGESTION=system keeps it)",
+				to, from)
 		})
 	}
 	return nil

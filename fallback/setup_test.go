@@ -134,7 +134,7 @@ func TestSetupTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err := New(ctx, Config{Rank: 0, Size: 2, Store: store, Token: testToken})
-	if err == nil || !strings.Contains(err.Error(), "waiting for connections from ranks [1]") || !errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || !strings.Contains(err.Error(), "waiting for connections from rank 1:") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("rank 0 alone: New = %v, want a deadline error naming rank 1", err)
 	}
 
@@ -161,7 +161,7 @@ func TestSetupDisagreement(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr, err := New(ctx, Config{Rank: r, Size: 2, Store: store, Token: testToken, ConnsPerPeer: 1 + r, Logf: log.logf})
+			tr, err := New(ctx, Config{Rank: r, Size: 2, Store: store, Token: testToken, ConnsPerPeer: 1 + r, Log: log.logger()})
 			if err == nil {
 				tr.Close()
 			}
@@ -199,9 +199,9 @@ func TestMalformedFrames(t *testing.T) {
 		return b
 	}
 	oversized := frameBytes(data, nil)
-	binary.LittleEndian.PutUint64(oversized[40:], 1<<40)
+	binary.LittleEndian.PutUint64(oversized[headerSize-8:], 1<<40) // the length ends the header
 	longReason := frameBytes(header{kind: frameFailOp}, nil)
-	binary.LittleEndian.PutUint64(longReason[40:], maxReasonLen+1)
+	binary.LittleEndian.PutUint64(longReason[headerSize-8:], maxReasonLen+1)
 	cases := map[string][]byte{
 		"bad magic":          corrupt(0, 'X'),
 		"wrong version":      corrupt(4, protocolVersion+1),
@@ -217,7 +217,7 @@ func TestMalformedFrames(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			checkNoLeaks(t)
 			log := &logBuffer{}
-			tr, fake := withFakePeer(t, func(c *Config) { c.MaxMessage, c.Logf = 1<<20, log.logf })
+			tr, fake := withFakePeer(t, func(c *Config) { c.MaxMessage, c.Log = 1<<20, log.logger() })
 			ctx := waitCtx(t)
 			pending := tr.Recv(1, transport.Tag{Comm: 2, Seq: 1}, testDesc, nil)
 			if _, err := fake.Write(garbage); err != nil {

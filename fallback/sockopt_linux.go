@@ -78,3 +78,33 @@ func setCongestion(nc *net.TCPConn, policy string) (from, to string, err error) 
 	}
 	return from, to, serr
 }
+
+// unackedBytes is how many bytes written to nc the peer has not yet
+// acknowledged (SIOCOUTQ: sent but unacknowledged, plus not yet sent), 0
+// once the connection is closed (reset by the peer: nothing more will be).
+func unackedBytes(nc *net.TCPConn) (int, error) {
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var ierr error
+	err = rc.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil {
+			ierr = err
+			return
+		}
+		if info.State == tcpClose {
+			return
+		}
+		n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, ierr
+}
+
+// tcpClose is TCP_CLOSE in tcp_info's state (linux/tcp_states.h).
+const tcpClose = 7

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -31,10 +32,12 @@ type Transport struct {
 	bytesSent, bytesRecv, msgsSent, msgsRecv atomic.Uint64
 
 	mu       sync.Mutex
-	err      error      // sticky error; set once
-	filling  int        // readers writing into receive buffers right now
-	idle     *sync.Cond // signalled when filling drops to zero
-	peerGone []int      // per peer, connections that ended with goodbye
+	err      error                     // sticky error; set once
+	filling  int                       // readers writing into receive buffers right now
+	idle     *sync.Cond                // signalled when filling drops to zero
+	peerGone []int                     // per peer, connections that ended with goodbye
+	onLost   func(peer int, err error) // set by Survive (survive.go)
+	lostPeer map[int]error             // peers lost in the per-peer model
 
 	closeOnce sync.Once
 	stopWatch chan struct{}  // closed by Close: the watchdog returns
@@ -42,9 +45,13 @@ type Transport struct {
 	readers   sync.WaitGroup
 	writers   sync.WaitGroup
 	aborters  sync.WaitGroup // goroutines started by fail
+	failed    chan struct{}  // closed when the sticky error is set
 }
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport   = (*Transport)(nil)
+	_ transport.LocalFailer = (*Transport)(nil)
+)
 
 // New sets up this rank's transport: it listens, publishes its address,
 // connects to every other rank of the job and returns once the mesh is
@@ -61,6 +68,7 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		size:     cfg.Size,
 		m:        transport.NewMatcher(cfg.Rank, cfg.UnexpectedLimit),
 		peerGone: make([]int, cfg.Size),
+		failed:   make(chan struct{}),
 	}
 	t.idle = sync.NewCond(&t.mu)
 	if cfg.Size == 1 {
@@ -242,7 +250,8 @@ func (t *Transport) Stats() transport.Stats {
 // Close implements transport.Transport. Queued sends fail with
 // transport.ErrClosed; messages already handed to the writers are flushed
 // (for at most closeTimeout), each peer gets a goodbye so it reports this
-// rank as closed rather than crashed, and Close returns once every
+// rank as closed rather than crashed (Close lingers until the peer has it:
+// linger.go), and Close returns once every
 // goroutine of the transport has stopped. It is idempotent.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
@@ -268,6 +277,7 @@ func (t *Transport) Close() error {
 		t.writers.Wait()
 		goodbyeDeadline := time.Now().Add(closeTimeout)
 		t.forEachConn(func(c *conn) { c.sayGoodbye(goodbyeDeadline, reason) })
+		t.lingerAll(goodbyeDeadline)
 		t.fail(transport.ErrClosed, closeAll)
 		t.readers.Wait()
 		t.aborters.Wait()
@@ -283,11 +293,26 @@ func (t *Transport) setErr(err error) bool {
 		return false
 	}
 	t.err = err
+	close(t.failed)
 	return true
 }
 
-// closeAll tells fail to close every connection.
-const closeAll = -1
+// Failed implements transport.LocalFailer: closed once the transport has
+// failed.
+func (t *Transport) Failed() <-chan struct{} { return t.failed }
+
+// FailLocal implements transport.LocalFailer: everything pending and
+// later fails with err on this rank, and no connection closes, so the
+// peers learn of the loss behind err themselves, or from this rank's
+// goodbye at Close, which carries err, instead of seeing this rank
+// vanish.
+func (t *Transport) FailLocal(err error) { t.fail(err, closeNone) }
+
+// closeAll tells fail to close every connection; closeNone, none.
+const (
+	closeAll  = -1
+	closeNone = -2
+)
 
 // fail makes err the transport's sticky error (unless one is set) and
 // fails everything pending and queued with it. It closes the connections
@@ -307,7 +332,7 @@ func (t *Transport) fail(err error, closePeer int) {
 		}
 	})
 	if first {
-		t.cfg.Logf("tcp: rank %d: transport failed: %v", t.rank, err)
+		t.cfg.Log.Warnf(logging.TCP, "transport failed: %v", err)
 	}
 	if closePeer == closeAll {
 		t.abortMatcher(err)
@@ -325,9 +350,9 @@ func (t *Transport) fail(err error, closePeer int) {
 // abortMatcher fails every receive once no reader is writing into a
 // receive buffer: failing one being written would let the caller reuse a
 // buffer still being filled. Fills end quickly: none starts once the
-// sticky error is set, those from closed connections fail at once, and a
-// waiter's speculative read on a live connection (readSpeculative) gives
-// its buffer back within waiterTick.
+// sticky error is set, those on closed connections fail at once, and one
+// on a live connection ends with its frame, whose bytes the sender is
+// already writing, or for a waiter within waiterTick (its read deadline).
 func (t *Transport) abortMatcher(err error) {
 	t.waitNoFill()
 	t.m.Abort(err)
@@ -421,7 +446,10 @@ func (t *Transport) lost(c *conn, what string, cause error) error {
 	if t.saidGoodbye(c.peer) {
 		cause = fmt.Errorf("rank %d closed its connection%s (%w)", c.peer, t.byeCause(c.peer), cause)
 	} else {
-		cause = fmt.Errorf("rank %d: %s rank %d on connection %d: %w", t.rank, what, c.peer, c.index, cause)
+		// No "rank N:" of this rank: the error that carries the cause
+		// names it, and a peer told through the goodbye names the
+		// sender ("rank N closed its connection, after failing: ...").
+		cause = fmt.Errorf("%s rank %d on connection %d: %w", what, c.peer, c.index, cause)
 	}
 	return &transport.PeerError{Peer: c.peer, Kind: transport.ErrPeerLost, Err: cause}
 }

@@ -20,6 +20,12 @@ import (
 type Codec interface {
 	// Kind returns the codec's kind.
 	Kind() Kind
+	// BucketSize returns the number of values that share one scale in a
+	// stochastic codec's stream (Options.BucketSize, or DefaultBucketSize
+	// for 0), and 0 for the kinds without buckets (None, FP16, BF16).
+	// Streams of equal kind but different bucket sizes differ in layout,
+	// so both ends of a transfer must agree on it.
+	BucketSize() int
 	// EncodedSize returns the exact number of bytes Encode writes for n
 	// values (0 for n <= 0).
 	EncodedSize(n int) int
@@ -173,6 +179,8 @@ type codec struct {
 type float interface{ float32 | float64 }
 
 func (c *codec) Kind() Kind { return c.kind }
+
+func (c *codec) BucketSize() int { return c.bucketSize }
 
 func (c *codec) EncodedSize(n int) int {
 	if n <= 0 {

@@ -70,3 +70,27 @@ func TestLosslessAndHalfRoundTrip(t *testing.T) {
 		assert.ErrorIs(t, err, ErrCorrupt, "%s length mismatch", kind)
 	}
 }
+
+// TestBucketSize checks BucketSize against the stream layout: a stochastic
+// stream of BucketSize values is one bucket (one scale), one value more
+// starts a second.
+func TestBucketSize(t *testing.T) {
+	for _, k := range Kinds() {
+		for _, bucket := range []int{0, 1, 7, 1000, MaxBucketSize} {
+			c, err := New(k, Options{BucketSize: bucket})
+			require.NoError(t, err)
+			if !k.Stochastic() {
+				assert.Zero(t, c.BucketSize(), "%s", k)
+				continue
+			}
+			want := bucket
+			if want == 0 {
+				want = DefaultBucketSize
+			}
+			require.Equal(t, want, c.BucketSize(), "%s bucket %d", k, bucket)
+			one := 4 + (want*k.Bits()+7)/8
+			assert.Equal(t, one, c.EncodedSize(want), "%s bucket %d", k, bucket)
+			assert.Equal(t, one+4+(k.Bits()+7)/8, c.EncodedSize(want+1), "%s bucket %d", k, bucket)
+		}
+	}
+}

@@ -9,16 +9,17 @@ import "golang.org/x/sys/cpu"
 // truncation per value), so on amd64 the float32 path runs it in vector
 // kernels (quantize4_amd64.s): 4 pairs at a time with AVX2, 8 with
 // AVX-512F+DQ where the CPU has it (native 64-bit multiplies and float64
-// to integer conversions make that one about 3x faster again; measured
-// with BenchmarkEncodeQ4Paths). An AVX2 kernel also finds each bucket's
-// maximum |x|. The kernels make exactly the scalar draws (SplitMix64 is
-// counter-based: draw k from state s is mix(s + k*gamma), so the lanes
-// compute consecutive draws independently) and the scalar roundings
-// (float64 multiply, then add 0.5, then truncate), so their codes are
-// bit-identical to quantizePairs4's; tests compare every path on random
-// and edge-case inputs, with seeds chosen to put values exactly on level
-// boundaries, and under fuzzing. The scalar code still does the tails
-// (fewer than 16 pairs), float64 data and CPUs without AVX2.
+// to integer conversions make that one faster again; BenchmarkEncodeQ4Paths
+// compares the paths, figures in docs/PERFORMANCE.md). An AVX2 kernel
+// also finds each bucket's maximum |x|. The kernels make exactly the
+// scalar draws (SplitMix64 is counter-based: draw k from state s is
+// mix(s + k*gamma), so the lanes compute consecutive draws independently)
+// and the scalar roundings (float64 multiply, then add 0.5, then
+// truncate), so their codes are bit-identical to quantizePairs4's; tests
+// compare every path on random and edge-case inputs, with seeds chosen to
+// put values exactly on level boundaries, and under fuzzing. The scalar
+// code still does the tails (fewer than 16 pairs), float64 data and CPUs
+// without AVX2.
 //
 // The flags are variables so tests can run every path on this CPU
 // (useQuantize4AVX512 only counts when useQuantize4AVX2 is set).

@@ -10,9 +10,9 @@ import "unsafe"
 // i < len(out)). On these little-endian CPUs, which load unaligned words
 // in hardware (mips and riscv may trap to emulate it), the load is a plain
 // unaligned 8-byte read, without the bounds checks that keep the safe
-// version's variables from staying in registers: go test -run '^$'
-// -bench Indices/decode/bitpack -cpu 1 ./quant/ gave about 1.6x the
-// throughput of the same run with -tags purego (one amd64 machine).
+// version's variables from staying in registers. Benchmark: go test
+// -run '^$' -bench Indices/decode/bitpack -cpu 1 ./quant/, with and
+// without -tags purego (docs/PERFORMANCE.md, "Low precision").
 // TestUnpackFastMatchesSafe compares it with unpackFastSafe.
 func unpackFast(out []uint32, prev uint64, src []byte, bit, width uint) (uint64, uint64, uint) {
 	if len(out) == 0 {

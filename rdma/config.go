@@ -3,13 +3,13 @@ package rdma
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/Mellanox/rdmamap"
 	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/rdma/rdmainfo"
 	"github.com/sparcml/sparcml/verbs"
 )
@@ -20,7 +20,7 @@ type Config struct {
 	// Store exchanges connection data (QP numbers, GIDs, ring addresses).
 	Store bootstrap.Store
 	// Device is "rxe0" or "rxe0:1" (device and port), as SPARCML_IB_DEV
-	// gives it; "" picks the device behind IfName, else the first active
+	// gives it to the public API; "" picks the device behind IfName, else the first active
 	// port of any device.
 	Device string
 	// GIDIndex is the GID table index for RoCE; -1 picks one: the
@@ -30,15 +30,15 @@ type Config struct {
 	// IfName, when Device is empty, names the network interface whose
 	// RDMA device to use (found with rdmamap through sysfs).
 	IfName string
-	// Logf, when set, receives one line per chosen device, port, GID and
-	// MTU, and per lost peer.
-	Logf func(format string, args ...any)
+	// Log, when set, receives the chosen device, port, GID and MTU, and
+	// a line per lost peer (subsystem logging.RDMA).
+	Log *logging.Logger
 
 	// KeyPrefix prefixes the store keys (default "rdma"), so several
 	// transports can be set up through one store.
 	KeyPrefix string
 	// EagerLimit is the largest message sent eagerly through the ring
-	// (default 8 KiB, or SPARCML_RDMA_EAGER bytes); larger ones use
+	// (default 8 KiB; the public API passes SPARCML_RDMA_EAGER); larger ones use
 	// rendezvous (zero copy). Every rank must use the same value.
 	EagerLimit int
 	// Slots is the number of ring slots per peer (default 32): the eager
@@ -48,14 +48,14 @@ type Config struct {
 	// peer is noticed even by a rank that only receives (default 1 s).
 	KeepAlive time.Duration
 	// Spin is how long the progress loop busy-polls an idle completion
-	// queue before blocking on its completion channel (default 50 us, or
-	// SPARCML_RDMA_SPIN; on a software device none); negative blocks at
-	// once.
+	// queue before blocking on its completion channel (default 50 us; on
+	// a software device none; the public API passes SPARCML_RDMA_SPIN);
+	// negative blocks at once.
 	Spin time.Duration
 	// WaitSpin is how long a goroutine waiting on a request busy-polls
 	// the completion queue itself before it sleeps until the progress
-	// goroutine wakes it (default 20 ms, or SPARCML_RDMA_WAIT_SPIN; on a
-	// software device 200 us); negative never polls. Where waking a sleeping
+	// goroutine wakes it (default 20 ms; on a software device 200 us; the
+	// public API passes SPARCML_RDMA_WAIT_SPIN); negative never polls. Where waking a sleeping
 	// thread is slow (virtual machines, emulation) this is most of a
 	// message's latency.
 	//
@@ -66,8 +66,8 @@ type Config struct {
 	// the work it waits for, so both poll little or not at all there.
 	WaitSpin time.Duration
 	// NoAdvertise turns off receiver-advertised rendezvous (a receive
-	// posted before its RTS offers its buffer at once); also
-	// SPARCML_RDMA_ADVERTISE=0.
+	// posted before its RTS offers its buffer at once), as
+	// SPARCML_RDMA_ADVERTISE=0 does through the public API.
 	NoAdvertise bool
 	// AckTimeout is the RC ack timeout exponent: a lost packet is resent
 	// after 4.096 us << AckTimeout (default 15: 134 ms).
@@ -77,6 +77,12 @@ type Config struct {
 	// by default). 7 retries forever on soft-RoCE, which then never
 	// notices a dead peer, but survives very lossy links.
 	RetryCount uint8
+	// UnexpectedLimit is the per-peer budget of bytes of eager messages
+	// that arrived before their receive was posted (default 64 MiB).
+	// When it is spent, the peer's ring slots stay occupied until
+	// receives are posted, so the peer runs out of credits and its sends
+	// wait: memory stays bounded.
+	UnexpectedLimit int64
 	// CacheEntries and CacheBytes bound the registration cache for user
 	// buffers (defaults 1024 and 1 GiB).
 	CacheEntries int
@@ -97,6 +103,8 @@ const (
 	// about a second.
 	defaultAckTimeout = 15
 	defaultRetryCount = 6
+	// The TCP transport's default budget.
+	defaultUnexpectedLimit = 64 << 20
 )
 
 func (c *Config) setDefaults() {
@@ -105,9 +113,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.EagerLimit <= 0 {
 		c.EagerLimit = defaultEager
-		if v, err := strconv.Atoi(os.Getenv("SPARCML_RDMA_EAGER")); err == nil && v > 0 {
-			c.EagerLimit = v
-		}
 	}
 	if c.Slots <= 0 {
 		c.Slots = defaultSlots
@@ -117,30 +122,14 @@ func (c *Config) setDefaults() {
 	}
 	// Spin and WaitSpin left at zero are resolved once the device is
 	// known (setSpinDefaults).
-	if c.Spin == 0 {
-		if v, err := time.ParseDuration(os.Getenv("SPARCML_RDMA_SPIN")); err == nil {
-			c.Spin = v
-			if v == 0 {
-				c.Spin = -1
-			}
-		}
-	}
-	if c.WaitSpin == 0 {
-		if v, err := time.ParseDuration(os.Getenv("SPARCML_RDMA_WAIT_SPIN")); err == nil {
-			c.WaitSpin = v
-			if v == 0 {
-				c.WaitSpin = -1
-			}
-		}
-	}
-	if os.Getenv("SPARCML_RDMA_ADVERTISE") == "0" {
-		c.NoAdvertise = true
-	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = defaultAckTimeout
 	}
 	if c.RetryCount == 0 {
 		c.RetryCount = defaultRetryCount
+	}
+	if c.UnexpectedLimit == 0 {
+		c.UnexpectedLimit = defaultUnexpectedLimit
 	}
 	if c.CacheEntries <= 0 {
 		c.CacheEntries = 1024
@@ -148,13 +137,10 @@ func (c *Config) setDefaults() {
 	if c.CacheBytes <= 0 {
 		c.CacheBytes = 1 << 30
 	}
-	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
-	}
 }
 
-// setSpinDefaults fills in Spin and WaitSpin when neither the caller nor
-// the environment set them: on a software device (see Config.WaitSpin) no
+// setSpinDefaults fills in Spin and WaitSpin when the caller left them at
+// zero: on a software device (see Config.WaitSpin) no
 // idle polling by the progress loop and a short one by waiters, the
 // defaults elsewhere.
 func (c *Config) setSpinDefaults(soft bool) {
@@ -196,6 +182,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("rdma: ack timeout %d (max 31) or retry count %d (max 7) out of range", c.AckTimeout, c.RetryCount)
 	case c.GIDIndex < -1:
 		return fmt.Errorf("rdma: GID index %d (use -1 for automatic)", c.GIDIndex)
+	case c.UnexpectedLimit < 0:
+		return fmt.Errorf("rdma: negative UnexpectedLimit %d", c.UnexpectedLimit)
 	}
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 )
 
 func TestSpinDefaults(t *testing.T) {
-	t.Setenv("SPARCML_RDMA_SPIN", "")
-	t.Setenv("SPARCML_RDMA_WAIT_SPIN", "")
 	for _, tc := range []struct {
 		soft           bool
 		spin, waitSpin time.Duration
@@ -22,14 +20,12 @@ func TestSpinDefaults(t *testing.T) {
 			t.Errorf("soft=%v: Spin %v WaitSpin %v, want %v %v", tc.soft, c.Spin, c.WaitSpin, tc.spin, tc.waitSpin)
 		}
 	}
-	// The environment and explicit values win on any device.
-	t.Setenv("SPARCML_RDMA_WAIT_SPIN", "0")
-	t.Setenv("SPARCML_RDMA_SPIN", "1ms")
-	c := Config{}
+	// Explicit values win on any device, "never" (negative) included.
+	c := Config{WaitSpin: -1, Spin: time.Millisecond}
 	c.setDefaults()
 	c.setSpinDefaults(true)
 	if c.WaitSpin != -1 || c.Spin != time.Millisecond {
-		t.Errorf("from the environment: Spin %v WaitSpin %v, want 1ms -1", c.Spin, c.WaitSpin)
+		t.Errorf("never and 1ms: Spin %v WaitSpin %v, want 1ms -1", c.Spin, c.WaitSpin)
 	}
 	c = Config{WaitSpin: 5 * time.Millisecond, Spin: 3 * time.Microsecond}
 	c.setDefaults()

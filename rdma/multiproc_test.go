@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -26,15 +28,19 @@ func TestMultiProcess(t *testing.T) {
 		t.Skip("not launched as a rank (SPARCML_RANK unset)")
 	}
 	needRDMA(t)
-	env, err := bootstrap.FromEnv(os.Getenv)
+	s, err := config.Load(os.Getenv)
+	require.NoError(t, err)
+	env, err := bootstrap.FromEnv(bootstrap.Settings{Rank: s.Rank, Size: s.Size, Addr: s.Addr, Token: s.Token,
+		Port: s.Port, IfName: s.IfName, Timeout: s.Timeout}, os.Getenv)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*testDeadline)
 	defer cancel()
-	st, err := bootstrap.Connect(ctx, env, t.Logf)
+	log := logging.ToPrintf(t.Logf)
+	st, err := bootstrap.Connect(ctx, env, log)
 	require.NoError(t, err)
 	defer st.Close()
 	tr, err := New(ctx, Config{Rank: env.Rank, Size: env.Size, Store: st, GIDIndex: -1,
-		Device: os.Getenv("SPARCML_IB_DEV"), IfName: env.IfName, Logf: t.Logf, RetryCount: testRetry()})
+		Device: s.IBDev, IfName: env.IfName, Log: log, RetryCount: testRetry()})
 	require.NoError(t, err)
 	defer tr.Close()
 

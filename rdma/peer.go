@@ -40,6 +40,14 @@ type peer struct {
 	recvToPost int
 	touched    bool
 	recvWRs    []verbs.RecvWR
+	// parked are ring slots whose messages wait, in arrival order, for
+	// the unexpected budget (Transport.park): the slots stay occupied,
+	// so the peer runs out of credits and stops sending.
+	parked []int
+
+	// gone, under Transport.mu, is why the peer closed gracefully: only
+	// what involves it fails, and nothing more is sent to it.
+	gone error
 }
 
 // outMsg is a message waiting for credits or send queue space.
@@ -292,6 +300,14 @@ func (p *peer) kill(err error) {
 			p.t.byeDone()
 		}
 	}
+}
+
+// isDead reports whether kill has run: the queue pair is in the error
+// state, and its failed completions are expected.
+func (p *peer) isDead() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dead != nil
 }
 
 func (p *peer) destroy() {

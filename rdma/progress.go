@@ -228,7 +228,7 @@ func (t *Transport) handle(wcs []verbs.WorkCompletion) {
 	// Receives are reposted and queues drained once per batch.
 	for _, p := range t.touched {
 		p.touched = false
-		if t.Err() == nil {
+		if t.Err() == nil && !p.isDead() {
 			if err := p.postRecvs(); err != nil {
 				t.peerLost(p.rank, err)
 			}
@@ -236,11 +236,13 @@ func (t *Transport) handle(wcs []verbs.WorkCompletion) {
 		p.drain()
 	}
 	t.touched = t.touched[:0]
+	// A fail-op in this batch may have made room for parked messages.
+	t.unparkLocked()
 }
 
 func (t *Transport) completionError(p *peer, kind uint8, wc *verbs.WorkCompletion) {
-	if t.Err() != nil {
-		return // flushes after the transport failed
+	if t.Err() != nil || p.isDead() {
+		return // flushes after the transport failed or the peer closed
 	}
 	what := [...]string{"?", "receive", "eager send", "rendezvous write", "credit return", "keep-alive"}[min(int(kind), 5)]
 	err := fmt.Errorf("%s to rank %d failed on %s qp %#x: %v (status %d, vendor error %#x)",
@@ -263,7 +265,14 @@ func (t *Transport) onRecv(p *peer, wc *verbs.WorkCompletion) {
 			t.protocolError(p.rank, fmt.Errorf("rdma: eager write to slot %d of %d", val, p.slots))
 			return
 		}
-		t.onEager(p, int(val))
+		// The credits a slot carries are for the other direction: they
+		// count on arrival, even for a slot that waits behind a parked
+		// one, or two ranks flooding each other would hold each other's
+		// credits in their parked slots (the suite's budget case).
+		t.takeCredits(p, int(val))
+		if len(p.parked) > 0 || !t.onEager(p, int(val)) {
+			t.park(p, int(val))
+		}
 	case immDone:
 		t.onDone(p, val)
 	case immCredit:
@@ -275,45 +284,44 @@ func (t *Transport) onRecv(p *peer, wc *verbs.WorkCompletion) {
 	}
 }
 
-// onEager handles the message in a ring slot, then frees the slot.
-func (t *Transport) onEager(p *peer, slot int) {
+// takeCredits counts the credits piggybacked on the message in a ring
+// slot and clears them there, so that a slot read again after it was
+// parked does not count them twice.
+func (t *Transport) takeCredits(p *peer, slot int) {
+	b := p.ring(slot)
+	if len(b) < hdrSize {
+		return // onEager reports it
+	}
+	n := le.Uint16(b[2:])
+	if n == 0 {
+		return
+	}
+	le.PutUint16(b[2:], 0)
+	p.mu.Lock()
+	p.credits += int(n)
+	p.mu.Unlock()
+}
+
+// onEager handles the message in a ring slot, then frees the slot. It
+// reports false, having done nothing, when the message is data that must
+// wait for the unexpected budget (see park).
+func (t *Transport) onEager(p *peer, slot int) bool {
 	b := p.ring(slot)
 	var h header
 	if err := h.decode(b); err != nil {
 		t.protocolError(p.rank, err)
-		return
+		return true
 	}
 	if int(h.Len) > len(b)-hdrSize {
 		t.protocolError(p.rank, fmt.Errorf("%w: eager message of %d bytes in a %d-byte slot",
 			transport.ErrProtocol, h.Len, len(b)))
-		return
+		return true
 	}
 	payload := b[hdrSize : hdrSize+int(h.Len)]
-	if h.Credits > 0 {
-		p.mu.Lock()
-		p.credits += int(h.Credits)
-		p.mu.Unlock()
+	if h.Kind == kindData && !t.deliverEager(p, h, payload) {
+		return false
 	}
 	switch h.Kind {
-	case kindData:
-		t.mu.Lock()
-		if rr := t.adverts[mkey{p.rank, h.Tag}]; rr != nil {
-			t.endAdvertLocked(rr)
-			t.mu.Unlock()
-			t.eagerIntoAdvert(p, rr, h, payload)
-			break
-		}
-		delete(t.posted, mkey{p.rank, h.Tag})
-		err := t.m.Deliver(p.rank, h.Tag, h.Desc, payload)
-		t.mu.Unlock()
-		if err != nil {
-			if errors.Is(err, transport.ErrProtocol) {
-				t.protocolError(p.rank, err)
-			}
-		} else {
-			t.recvd.Add(uint64(len(payload)))
-			t.msgsRecvd.Add(1)
-		}
 	case kindRTS:
 		t.onRTS(p, h)
 	case kindCTS:
@@ -321,7 +329,11 @@ func (t *Transport) onEager(p *peer, slot int) {
 	case kindFailOp:
 		t.failOp(h.Tag.Comm, h.Tag.Seq, &transport.RemoteFailure{Peer: p.rank, Reason: string(payload)})
 	case kindBye:
-		t.peerLost(p.rank, errors.New(string(payload)))
+		if h.Flags&byeAborted != 0 {
+			t.peerLost(p.rank, errors.New(string(payload)))
+		} else {
+			t.peerClosed(p, string(payload))
+		}
 	case kindAdv:
 		t.onAdv(p, h)
 	case kindNack:
@@ -354,6 +366,93 @@ func (t *Transport) onEager(p *peer, slot int) {
 	p.mu.Lock()
 	p.freed++
 	p.mu.Unlock()
+	return true
+}
+
+// deliverEager hands an eager message to its receive: into the buffer on
+// offer for it, into the posted receive, or as an unexpected message. It
+// reports false, having done nothing, when the unexpected budget for the
+// peer is spent.
+func (t *Transport) deliverEager(p *peer, h header, payload []byte) bool {
+	k := mkey{p.rank, h.Tag}
+	t.mu.Lock()
+	if rr := t.adverts[k]; rr != nil {
+		t.endAdvertLocked(rr)
+		t.mu.Unlock()
+		t.eagerIntoAdvert(p, rr, h, payload)
+		return true
+	}
+	c, err := t.m.TryClaim(p.rank, h.Tag, h.Desc, len(payload))
+	if errors.Is(err, transport.ErrNoBudget) {
+		t.mu.Unlock()
+		return false
+	}
+	delete(t.posted, k)
+	var revokes []revoke
+	switch {
+	case err != nil:
+	case c.KindMismatch():
+		revokes = t.kindMismatchLocked(p.rank, h.Tag, h.Desc)
+	default:
+		copy(c.Dst(), payload)
+		t.recvd.Add(uint64(len(payload)))
+		t.msgsRecvd.Add(1)
+		c.Finish()
+	}
+	t.mu.Unlock()
+	t.sendRevokes(revokes)
+	if errors.Is(err, transport.ErrProtocol) {
+		t.protocolError(p.rank, err)
+	}
+	return true
+}
+
+// park keeps a ring slot whose message waits for the unexpected budget;
+// the slots that arrive after it from the same peer wait behind it, so
+// that the peer's messages are handled in order. Called with pollMu held.
+func (t *Transport) park(p *peer, slot int) {
+	if len(p.parked) == 0 {
+		t.parkedPeers.Add(1)
+	}
+	p.parked = append(p.parked, slot)
+}
+
+// unparkLocked handles the parked slots that the budget now takes, in
+// order, and returns their credits. Called with pollMu held.
+func (t *Transport) unparkLocked() {
+	if t.parkedPeers.Load() == 0 {
+		return
+	}
+	for _, p := range t.peers {
+		if p == nil || len(p.parked) == 0 {
+			continue
+		}
+		n := 0
+		for n < len(p.parked) && t.onEager(p, p.parked[n]) {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		p.parked = p.parked[:copy(p.parked, p.parked[n:])]
+		if len(p.parked) == 0 {
+			t.parkedPeers.Add(-1)
+		}
+		p.drain()
+	}
+}
+
+// unpark retries the parked slots from outside the progress loop, after
+// a receive was posted or an operation failed (either may make room).
+func (t *Transport) unpark() {
+	if t.parkedPeers.Load() == 0 {
+		return
+	}
+	t.pollMu.Lock()
+	if !t.stop.Load() {
+		t.unparkLocked()
+	}
+	t.pollMu.Unlock()
 }
 
 func (t *Transport) onRTS(p *peer, h header) {
@@ -378,6 +477,15 @@ func (t *Transport) onRTS(p *peer, h header) {
 	}
 	if _, failed := t.failed[opKey{h.Tag.Comm, h.Tag.Seq}]; failed {
 		t.mu.Unlock()
+		t.enqueue(p, &outMsg{hdr: header{Kind: kindCTS, Tag: h.Tag, ID: h.ID, Flags: ctsDiscard}})
+		return
+	}
+	if t.m.CheckKind(p.rank, h.Tag, h.Desc) {
+		// Another collective's message: its operation has failed here.
+		revokes := t.kindMismatchLocked(p.rank, h.Tag, h.Desc)
+		delete(t.posted, k)
+		t.mu.Unlock()
+		t.sendRevokes(revokes)
 		t.enqueue(p, &outMsg{hdr: header{Kind: kindCTS, Tag: h.Tag, ID: h.ID, Flags: ctsDiscard}})
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -49,7 +50,7 @@ func startRanks(tb testing.TB, size int, tweak func(*Config)) []*Transport {
 				cfg.Spin = s // to compare polling policies in benchmarks
 			}
 			if testing.Verbose() && r == 0 {
-				cfg.Logf = tb.Logf
+				cfg.Log = logging.ToPrintf(tb.Logf)
 			}
 			if tweak != nil {
 				tweak(&cfg)

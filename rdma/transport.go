@@ -7,7 +7,11 @@
 // The receiver copies the slot out (into the posted buffer when the
 // receive is already posted) and frees it. Senders hold one credit per
 // free remote slot; credits come back piggybacked on every message and by
-// explicit zero-length sends when traffic is one-way.
+// explicit zero-length sends when traffic is one-way. A message whose
+// receive is not posted is copied into a buffer of the matcher's, within
+// a per-peer budget (Config.UnexpectedLimit); once that is spent, the
+// slot, and the peer's slots behind it, stay occupied until receives are
+// posted, so the peer runs out of credits and its sends wait.
 //
 // Rendezvous (larger messages, no copy): the sender announces the message
 // (RTS). When the matching receive is posted, the receiver registers its
@@ -31,22 +35,27 @@
 //
 // A progress goroutine polls the completion queue in batches, busy-polls
 // for Config.Spin when idle and then blocks on the completion channel. A
-// failed completion, a goodbye from a peer, or a keep-alive write that is
-// not acknowledged makes the transport fail with a sticky
+// failed completion, the goodbye of a peer that aborted, or a keep-alive
+// write that is not acknowledged makes the transport fail with a sticky
 // transport.PeerError wrapping transport.ErrPeerLost; every pending
-// request fails and nothing waits forever.
+// request fails and nothing waits forever. The goodbye of a peer that
+// closed fails only what still involves it, naming it: the transport
+// goes on with the other ranks.
 package rdma
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/sparcml/sparcml/logging"
 	"github.com/sparcml/sparcml/memreg"
 	"github.com/sparcml/sparcml/transport"
 	"github.com/sparcml/sparcml/verbs"
@@ -78,18 +87,19 @@ type Transport struct {
 	m        *transport.Matcher
 	slotSize int
 
-	stop     atomic.Bool
-	done     chan struct{}
-	pollMu   sync.Mutex                                            // held while polling and handling completions
-	spinning atomic.Bool                                           // a waiter busy-polls (waitPoll)
-	sleepers atomic.Int32                                          // waiters sleeping on their request meanwhile
-	kick     chan struct{}                                         // the polling waiter left (progress parks on it)
-	waitF    func(ctx context.Context, r *transport.Request) error // t.waitFor, made once
-	kaTimer  *time.Timer                                           // progress goroutine only
-	byeOut   atomic.Int32
-	byeCh    chan struct{}
-	touched  []*peer // peers to repost receives or drain after a batch
-	closeOne sync.Once
+	stop        atomic.Bool
+	done        chan struct{}
+	pollMu      sync.Mutex                                            // held while polling and handling completions
+	spinning    atomic.Bool                                           // a waiter busy-polls (waitPoll)
+	parkedPeers atomic.Int32                                          // peers with ring slots parked for the budget
+	sleepers    atomic.Int32                                          // waiters sleeping on their request meanwhile
+	kick        chan struct{}                                         // the polling waiter left (progress parks on it)
+	waitF       func(ctx context.Context, r *transport.Request) error // t.waitFor, made once
+	kaTimer     *time.Timer                                           // progress goroutine only
+	byeOut      atomic.Int32
+	byeCh       chan struct{}
+	touched     []*peer // peers to repost receives or drain after a batch
+	closeOne    sync.Once
 
 	sent, recvd, msgsSent, msgsRecvd atomic.Uint64
 
@@ -142,6 +152,7 @@ type rndvRecv struct {
 	peer   int
 	n      int
 	done   func()
+	fail   func(error) // fails the receive instead (the sender closed)
 	handle memreg.Handle[*verbs.MR]
 	own    *verbs.MR
 	adv    *advert // set while the buffer is on offer (kindAdv)
@@ -190,12 +201,12 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 	soft := softDevice(ep.ctx.Name())
 	cfg.setSpinDefaults(soft)
 	if soft {
-		cfg.Logf("rdma: rank %d: %s is a software device: waiters poll the completion queue for %v, the progress loop for %v",
-			cfg.Rank, ep.ctx.Name(), max(cfg.WaitSpin, 0), max(cfg.Spin, 0))
+		cfg.Log.Infof(logging.RDMA, "%s is a software device: waiters poll the completion queue for %v, the progress loop for %v",
+			ep.ctx.Name(), max(cfg.WaitSpin, 0), max(cfg.Spin, 0))
 	}
 	t := &Transport{
 		cfg: cfg, rank: cfg.Rank, size: cfg.Size, ep: ep,
-		m:          transport.NewMatcher(cfg.Rank, 0),
+		m:          transport.NewMatcher(cfg.Rank, cfg.UnexpectedLimit),
 		slotSize:   (hdrSize + cfg.EagerLimit + 63) &^ 63,
 		done:       make(chan struct{}),
 		byeCh:      make(chan struct{}, 1),
@@ -234,8 +245,8 @@ func (t *Transport) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg.Logf("rdma: rank %d using %s port %d (%s, active MTU %s, LID %d, GID index %d %v %v)",
-		t.rank, t.ep.ctx.Name(), t.ep.port, t.ep.attr.LinkLayer, t.ep.attr.ActiveMTU, t.ep.attr.LID,
+	cfg.Log.Infof(logging.RDMA, "using %s port %d (%s, active MTU %s, LID %d, GID index %d %v %v)",
+		t.ep.ctx.Name(), t.ep.port, t.ep.attr.LinkLayer, t.ep.attr.ActiveMTU, t.ep.attr.LID,
 		t.ep.gid.Index, t.ep.gid.GID, t.ep.gid.Type)
 	if t.pd, err = t.ep.ctx.AllocPD(); err != nil {
 		return err
@@ -333,8 +344,8 @@ func (t *Transport) connectPeer(p *peer) error {
 	}
 	mtu := min(local.ActiveMTU, verbs.MTU(rem.MTU))
 	if mtu != local.ActiveMTU {
-		t.cfg.Logf("rdma: rank %d: path MTU to rank %d is %s (local %s, remote %s)",
-			t.rank, p.rank, mtu, local.ActiveMTU, verbs.MTU(rem.MTU))
+		t.cfg.Log.Infof(logging.RDMA, "path MTU to rank %d is %s (local %s, remote %s)",
+			p.rank, mtu, local.ActiveMTU, verbs.MTU(rem.MTU))
 	}
 	a := verbs.RTRAttr{RemoteQPN: rem.QPN, RemotePSN: rem.PSN, MTU: mtu, DestLID: rem.LID}
 	if local.LinkLayer == verbs.LinkLayerEthernet {
@@ -393,8 +404,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	rs := &rndvSend{req: req, peer: peer, desc: desc, bufs: bufs, n: n}
 	k := mkey{peer, tag}
 	t.mu.Lock()
-	if t.err != nil {
-		err := t.err
+	if err := cmp.Or(t.err, p.gone); err != nil {
 		t.mu.Unlock()
 		req.Complete(nil, err)
 		return req
@@ -427,6 +437,12 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 
 // Recv implements transport.Transport.
 func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf []byte) *transport.Request {
+	req := t.recv(peer, tag, desc, buf)
+	t.unpark() // the receive may be for a parked message, or make room
+	return req
+}
+
+func (t *Transport) recv(peer int, tag transport.Tag, desc transport.Desc, buf []byte) *transport.Request {
 	if err := t.checkPeer(peer); err != nil {
 		return transport.Failed(peer, tag, false, err)
 	}
@@ -481,7 +497,7 @@ func (t *Transport) advertiseLocked(peer int, tag transport.Tag, desc transport.
 		t.posted[k] = postedRecv{req, buf}
 		return nil, nil
 	}
-	rr := &rndvRecv{peer: peer, n: len(dst), done: c.Finish}
+	rr := &rndvRecv{peer: peer, n: len(dst), done: c.Finish, fail: c.Fail}
 	rr.handle, err = t.cache.Acquire(dst)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: registering a %d-byte receive buffer for rank %d: %w", len(dst), peer, err)
@@ -531,7 +547,7 @@ func (t *Transport) claimLocked(peer int, rts header, posted []byte) (header, er
 	if err != nil || dst == nil {
 		return cts, nil // failed operation, mismatch or failed transport: drop
 	}
-	rr := &rndvRecv{peer: peer, n: len(dst), done: c.Finish}
+	rr := &rndvRecv{peer: peer, n: len(dst), done: c.Finish, fail: c.Fail}
 	var rkey uint32
 	if cap(posted) > 0 && unsafe.SliceData(posted) == unsafe.SliceData(dst) {
 		rr.handle, err = t.cache.Acquire(dst)
@@ -566,6 +582,7 @@ func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
 				bufs: [][]byte{[]byte(reason)}})
 		}
 	}
+	t.unpark() // the operation's unexpected messages are gone: room for parked ones
 }
 
 // failOp fails (comm, seq) on this rank: its receives, and the RTS of
@@ -598,28 +615,66 @@ func (t *Transport) failOp(comm uint32, seq uint64, err error) {
 			drops = append(drops, discard{k.peer, header{Kind: kindCTS, Tag: rts.Tag, ID: rts.ID, Flags: ctsDiscard}})
 		}
 	}
-	// Offered buffers are asked back; the receive fails once the sender
-	// confirms it will not write (or completes if the payload lands first).
-	for k, rr := range t.adverts {
-		if k.tag.Comm == comm && k.tag.Seq == seq && rr.adv.failErr == nil {
-			rr.adv.failErr = err
-			if rr.adv.sent {
-				rr.adv.revoked = true
-				drops = append(drops, discard{k.peer, header{Kind: kindRevoke, Tag: k.tag, ID2: rr.adv.id}})
-			}
-		}
-	}
+	revokes := t.revokeAdvertsLocked(comm, seq, func(*advert) error { return err })
 	t.mu.Unlock()
 	for _, d := range drops {
 		t.enqueue(t.peers[d.peer], &outMsg{hdr: d.cts})
 	}
+	t.sendRevokes(revokes)
+}
+
+// revoke is an offer to ask back (kindRevoke) once t.mu is released.
+type revoke struct {
+	peer int
+	hdr  header
+}
+
+// revokeAdvertsLocked marks the receives of operation (comm, seq) whose
+// buffers are on offer to fail with errOf(their advert), and returns the
+// revokes that ask the buffers back: a receive fails once its sender
+// confirms it will not write (or completes if the payload lands first).
+// Called with t.mu held.
+func (t *Transport) revokeAdvertsLocked(comm uint32, seq uint64, errOf func(*advert) error) []revoke {
+	var out []revoke
+	for k, rr := range t.adverts {
+		if k.tag.Comm == comm && k.tag.Seq == seq && rr.adv.failErr == nil {
+			rr.adv.failErr = errOf(rr.adv)
+			if rr.adv.sent {
+				rr.adv.revoked = true
+				out = append(out, revoke{k.peer, header{Kind: kindRevoke, Tag: k.tag, ID2: rr.adv.id}})
+			}
+		}
+	}
+	return out
+}
+
+func (t *Transport) sendRevokes(revokes []revoke) {
+	for _, r := range revokes {
+		t.enqueue(t.peers[r.peer], &outMsg{hdr: r.hdr})
+	}
+}
+
+// kindMismatchLocked follows the matcher's per-operation kind check when a
+// message of another collective kind arrived for an operation this rank
+// runs: the matcher failed the operation's posted receives, and the
+// receives whose buffers are on offer fail too, with the same mismatch.
+// Called with t.mu held; the revokes are for sendRevokes.
+func (t *Transport) kindMismatchLocked(peer int, tag transport.Tag, remote transport.Desc) []revoke {
+	for k := range t.posted {
+		if k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq {
+			delete(t.posted, k)
+		}
+	}
+	return t.revokeAdvertsLocked(tag.Comm, tag.Seq, func(a *advert) error {
+		return &transport.MismatchError{Tag: tag, Local: a.desc, Peer: peer, Remote: remote, Rank: t.rank}
+	})
 }
 
 // Abort implements transport.Transport: peers are told, then every queue
 // pair is moved to the error state and everything pending fails.
 func (t *Transport) Abort(err error) {
 	if t.Err() == nil {
-		t.sayBye("rank " + fmt.Sprint(t.rank) + " aborted: " + err.Error())
+		t.sayBye(fmt.Sprintf("rank %d aborted: %v", t.rank, err), byeAborted)
 	}
 	t.fail(fmt.Errorf("%w: %w", transport.ErrAborted, err))
 }
@@ -644,11 +699,11 @@ func (t *Transport) CacheStats() memreg.CacheStats { return t.cache.Stats() }
 func (t *Transport) Close() error {
 	t.closeOne.Do(func() {
 		if err := t.Err(); err == nil {
-			t.sayBye(fmt.Sprintf("rank %d closed its transport", t.rank))
+			t.sayBye(fmt.Sprintf("rank %d closed its transport", t.rank), 0)
 		} else {
 			// Peers still connected learn the root cause (for example
 			// which rank died) rather than just this rank's departure.
-			t.sayBye(fmt.Sprintf("rank %d closed its transport after: %v", t.rank, err))
+			t.sayBye(fmt.Sprintf("rank %d closed its transport after: %v", t.rank, err), 0)
 		}
 		t.fail(transport.ErrClosed)
 		t.stop.Store(true)
@@ -663,14 +718,14 @@ func (t *Transport) Close() error {
 	return nil
 }
 
-// sayBye tells every peer this rank is going away, and waits briefly for
-// the messages to be acknowledged so that moving the queue pairs to the
-// error state does not flush them.
-func (t *Transport) sayBye(reason string) {
+// sayBye tells every peer this rank is going away (flags: byeAborted for
+// Abort), and waits briefly for the messages to be acknowledged so that
+// moving the queue pairs to the error state does not flush them.
+func (t *Transport) sayBye(reason string, flags uint32) {
 	for _, p := range t.peers {
 		if p != nil {
 			t.byeOut.Add(1)
-			t.enqueue(p, &outMsg{hdr: header{Kind: kindBye}, bufs: [][]byte{[]byte(reason)}, bye: true})
+			t.enqueue(p, &outMsg{hdr: header{Kind: kindBye, Flags: flags}, bufs: [][]byte{[]byte(reason)}, bye: true})
 		}
 	}
 	deadline := time.NewTimer(byeWait)
@@ -732,8 +787,65 @@ func (t *Transport) peerLost(peer int, cause error) {
 	if t.Err() != nil {
 		return
 	}
-	t.cfg.Logf("rdma: rank %d lost rank %d: %v", t.rank, peer, cause)
+	t.cfg.Log.Warnf(logging.RDMA, "lost rank %d: %v", peer, cause)
 	t.fail(&transport.PeerError{Peer: peer, Kind: transport.ErrPeerLost, Err: cause})
+}
+
+// peerClosed handles a peer's goodbye from Close. A graceful close is not
+// a failure of the job: everything the peer sent before it has been
+// handled (the goodbye is its last message), so only what still involves
+// the peer fails, with an error naming it, and the transport goes on with
+// the other ranks. The peer's queue pair goes to the error state, its
+// completion errors from then on are expected.
+func (t *Transport) peerClosed(p *peer, reason string) {
+	err := &transport.PeerError{Peer: p.rank, Kind: transport.ErrPeerLost, Err: errors.New(reason)}
+	var sends []*rndvSend
+	var recvs []*rndvRecv
+	t.mu.Lock()
+	if t.err != nil || p.gone != nil {
+		t.mu.Unlock()
+		return
+	}
+	p.gone = err
+	for id, rs := range t.sends {
+		if rs.peer == p.rank {
+			delete(t.sends, id)
+			sends = append(sends, rs)
+		}
+	}
+	for id, rr := range t.recvs {
+		if rr.peer == p.rank {
+			delete(t.recvs, id)
+			recvs = append(recvs, rr)
+		}
+	}
+	ofPeer := func(k mkey) bool { return k.peer == p.rank }
+	maps.DeleteFunc(t.posted, func(k mkey, _ postedRecv) bool { return ofPeer(k) })
+	maps.DeleteFunc(t.pendingRTS, func(k mkey, _ header) bool { return ofPeer(k) })
+	maps.DeleteFunc(t.advs, func(k mkey, _ header) bool { return ofPeer(k) })
+	maps.DeleteFunc(t.adverts, func(k mkey, _ *rndvRecv) bool { return ofPeer(k) })
+	maps.DeleteFunc(t.sendTags, func(k mkey, _ uint32) bool { return ofPeer(k) })
+	// Under t.mu, so that no receive from the peer is posted between
+	// this and the matcher knowing it is gone.
+	t.m.FailPeer(p.rank, err)
+	t.mu.Unlock()
+	t.cfg.Log.Tracef(logging.RDMA, "%v", err)
+	p.kill(err)
+	for _, rs := range sends {
+		for _, h := range rs.handles {
+			h.Release()
+		}
+		rs.req.Complete(nil, err)
+	}
+	for _, rr := range recvs {
+		rr.release()
+		if rr.adv != nil {
+			rr.adv.req.Complete(nil, err)
+			rr.done()
+		} else {
+			rr.fail(err)
+		}
+	}
 }
 
 func (t *Transport) protocolError(peer int, err error) {

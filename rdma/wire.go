@@ -36,7 +36,7 @@ const (
 	kindRTS    = 2 // rendezvous request to send: tag, desc, size, send id
 	kindCTS    = 3 // clear to send: send id, receive id, address, rkey (or discard)
 	kindFailOp = 4 // the sender failed operation (comm, seq); reason in payload
-	kindBye    = 5 // the sender is closing or aborting; reason in payload
+	kindBye    = 5 // the sender is closing or aborting (Flags); reason in payload
 
 	// Receiver-advertised rendezvous: a receive posted before its RTS
 	// arrived offers its buffer at once, so the sender writes without
@@ -52,11 +52,27 @@ const (
 var kindNames = [...]string{"?", "data", "rts", "cts", "failop", "bye", "adv", "nack", "cancel", "revoke", "revoked"}
 
 const (
-	wireVersion = 2
-	hdrSize     = 64
+	wireVersion = 3
+	hdrSize     = 72
 )
 
-// header is the fixed part of every eager message.
+// header is the fixed part of every eager message, hdrSize bytes,
+// little-endian:
+//
+//	offset size field
+//	     0    1 wire version
+//	     1    1 kind
+//	     2    2 credits
+//	     4    4 payload length (Len)
+//	     8    4 communicator id
+//	    12    4 step
+//	    16    8 operation sequence number
+//	    24   24 transport.Desc (transport.EncodeDesc)
+//	    48    8 Size
+//	    56    4 ID
+//	    60    4 ID2
+//	    64    4 RKey
+//	    68    4 Flags
 type header struct {
 	Kind    uint8
 	Credits uint16 // ring slots the sender has freed since it last said so
@@ -67,12 +83,17 @@ type header struct {
 	ID      uint32 // RTS, CTS: send id
 	ID2     uint32 // CTS: receive id
 	RKey    uint32 // CTS
-	Flags   uint32 // CTS: ctsDiscard
+	Flags   uint32 // CTS: ctsDiscard; bye: byeAborted
 }
 
 // ctsDiscard: the receiver drops the message (its operation failed or the
 // descriptors differ); the sender completes its send without writing.
 const ctsDiscard = 1
+
+// byeAborted: the goodbye of a rank that aborted, which its peers take
+// for its death; without it the rank closed, and only what still
+// involves it fails.
+const byeAborted = 1
 
 var le = binary.LittleEndian
 
@@ -85,12 +106,12 @@ func (h *header) encode(b []byte) {
 	le.PutUint32(b[8:], h.Tag.Comm)
 	le.PutUint32(b[12:], h.Tag.Step)
 	le.PutUint64(b[16:], h.Tag.Seq)
-	encodeDesc(b[24:40], h.Desc)
-	le.PutUint64(b[40:], h.Size)
-	le.PutUint32(b[48:], h.ID)
-	le.PutUint32(b[52:], h.ID2)
-	le.PutUint32(b[56:], h.RKey)
-	le.PutUint32(b[60:], h.Flags)
+	transport.EncodeDesc(b[24:48], h.Desc)
+	le.PutUint64(b[48:], h.Size)
+	le.PutUint32(b[56:], h.ID)
+	le.PutUint32(b[60:], h.ID2)
+	le.PutUint32(b[64:], h.RKey)
+	le.PutUint32(b[68:], h.Flags)
 }
 
 func (h *header) decode(b []byte) error {
@@ -107,24 +128,13 @@ func (h *header) decode(b []byte) error {
 	h.Credits = le.Uint16(b[2:])
 	h.Len = le.Uint32(b[4:])
 	h.Tag = transport.Tag{Comm: le.Uint32(b[8:]), Step: le.Uint32(b[12:]), Seq: le.Uint64(b[16:])}
-	h.Desc = decodeDesc(b[24:40])
-	h.Size = le.Uint64(b[40:])
-	h.ID = le.Uint32(b[48:])
-	h.ID2 = le.Uint32(b[52:])
-	h.RKey = le.Uint32(b[56:])
-	h.Flags = le.Uint32(b[60:])
+	h.Desc = transport.DecodeDesc(b[24:48])
+	h.Size = le.Uint64(b[48:])
+	h.ID = le.Uint32(b[56:])
+	h.ID2 = le.Uint32(b[60:])
+	h.RKey = le.Uint32(b[64:])
+	h.Flags = le.Uint32(b[68:])
 	return nil
-}
-
-func encodeDesc(b []byte, d transport.Desc) {
-	b[0], b[1], b[2], b[3] = byte(d.Kind), d.DType, d.Reduce, d.Algo
-	le.PutUint32(b[4:], uint32(d.Root))
-	le.PutUint64(b[8:], d.Count)
-}
-
-func decodeDesc(b []byte) transport.Desc {
-	return transport.Desc{Kind: transport.OpKind(b[0]), DType: b[1], Reduce: b[2], Algo: b[3],
-		Root: int32(le.Uint32(b[4:])), Count: le.Uint64(b[8:])}
 }
 
 // connInfo is what a rank publishes for each peer through the bootstrap

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -14,7 +15,7 @@ import (
 func TestHeaderRoundTrip(t *testing.T) {
 	h := header{Kind: kindCTS, Credits: 17, Len: 8000,
 		Tag:  transport.Tag{Comm: 3, Seq: 1 << 40, Step: 9},
-		Desc: transport.Desc{Kind: transport.OpAllreduce, DType: 2, Reduce: 1, Algo: 4, Root: -1, Count: 1 << 33},
+		Desc: transport.Desc{Kind: transport.OpAllreduce, DType: 2, Reduce: 1, Algo: 4, Root: -1, Count: 1 << 33, Param: 1<<40 | 3},
 		Size: 0xdeadbeef00, ID: 7, ID2: immMask, RKey: 0x1234, Flags: ctsDiscard}
 	b := make([]byte, hdrSize)
 	h.encode(b)
@@ -102,4 +103,56 @@ func TestUnavailable(t *testing.T) {
 	defer cancel()
 	_, err = New(ctx, Config{Rank: 0, Size: 2, Store: bootstrap.NewMemStore(), GIDIndex: -1})
 	require.ErrorIs(t, err, verbs.ErrUnavailable)
+}
+
+// FuzzHeaderDecode: any bytes either decode to a header that encodes back
+// to the same bytes (the version byte included) or are a protocol error.
+func FuzzHeaderDecode(f *testing.F) {
+	for _, h := range []header{
+		{Kind: kindData, Len: 5, Tag: transport.Tag{Comm: 1, Seq: 2, Step: 3}, Desc: desc},
+		{Kind: kindCTS, Tag: transport.Tag{Comm: 1}, Size: 1 << 40, ID: 9, ID2: 8, RKey: 7, Flags: ctsDiscard},
+		{Kind: kindBye, Len: 10},
+	} {
+		b := make([]byte, hdrSize)
+		h.encode(b)
+		f.Add(b)
+	}
+	f.Add([]byte("short"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h header
+		if err := h.decode(b); err != nil {
+			if !errors.Is(err, transport.ErrProtocol) {
+				t.Fatalf("error %v is not ErrProtocol", err)
+			}
+			return
+		}
+		if h.Kind < kindData || h.Kind > kindMax {
+			t.Fatalf("accepted kind %d", h.Kind)
+		}
+		again := make([]byte, hdrSize)
+		h.encode(again)
+		if !bytes.Equal(again, b[:hdrSize]) {
+			t.Fatalf("re-encoding %+v gives %x, input %x", h, again, b[:hdrSize])
+		}
+	})
+}
+
+// FuzzConnInfoDecode: connection data from the store is accepted only in
+// this version's exact form, and then encodes back to the same bytes.
+func FuzzConnInfoDecode(f *testing.F) {
+	c := connInfo{LinkLayer: 2, MTU: 5, QPN: 0x11, PSN: 0xabcdef, RingAddr: 0x7f0000001000, RingRKey: 0x99, Slots: 32, SlotSize: 8256}
+	f.Add(c.encode())
+	f.Add([]byte("tcp:10.0.0.1:1234"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var d connInfo
+		if err := d.decode(b); err != nil {
+			if !errors.Is(err, transport.ErrProtocol) {
+				t.Fatalf("error %v is not ErrProtocol", err)
+			}
+			return
+		}
+		if !bytes.Equal(d.encode(), b) {
+			t.Fatalf("re-encoding %+v gives %x, input %x", d, d.encode(), b)
+		}
+	})
 }

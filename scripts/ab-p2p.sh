@@ -10,6 +10,9 @@
 #   scripts/ab-p2p.sh 12 "--sizes 16K:64K --iters 200" \
 #     system="env SPARCML_TCP_CONGESTION=system bin/sparcml" auto=bin/sparcml
 set -euo pipefail
+# The comparison is with a TCP socket: on one host the default transport
+# is shared memory.
+export SPARCML_TRANSPORT=${SPARCML_TRANSPORT:-tcp}
 rounds=$1 args=$2
 shift 2
 out=$(mktemp)

@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build and tests need, only when missing.
-# Run as root (CI is); elsewhere it prints what to install.
+# Installs the Debian packages the build, tests and demo need, only when
+# missing. Run as root (CI is); elsewhere it prints what to install.
+#
+#   deps.sh           the build (libibverbs headers and providers) and
+#                     Fashion-MNIST for `sparcml train` and `make demo`
+#                     (dataset-fashion-mnist: /usr/share/datasets/fashion-mnist)
+#   deps.sh python    also what the Python and PyTorch binding tests need
+#                     (Debian's NumPy and CPU PyTorch, for /usr/bin/python3)
+#   deps.sh cluster   also the emulated cluster's tools (test/cluster)
+#   deps.sh mpi       also Open MPI, for the peers of `make bench-cluster`
 set -euo pipefail
+
+pkgs=(libibverbs-dev ibverbs-providers dataset-fashion-mnist)
+for group in "$@"; do
+	case $group in
+	python) pkgs+=(python3-numpy python3-torch) ;;
+	cluster) pkgs+=(iproute2 iptables ethtool iperf3) ;;
+	mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
+	*) echo "deps: unknown group '$group' (want python, cluster or mpi)" >&2; exit 2 ;;
+	esac
+done
 
 need=()
 have() { dpkg -s "$1" >/dev/null 2>&1; }
-for p in libibverbs-dev ibverbs-providers; do
+for p in "${pkgs[@]}"; do
 	have "$p" || need+=("$p")
 done
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ]; then
-	echo "deps: missing Debian packages: ${need[*]} (install them, or build with TAGS=sparcml_noverbs)" >&2
+	echo "deps: missing Debian packages: ${need[*]} (install them; without the verbs headers, build with TAGS=sparcml_noverbs; without Fashion-MNIST, sparcml train needs --data)" >&2
 	exit 0
 fi
 echo "deps: installing ${need[*]}"

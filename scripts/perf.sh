@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Runs the measurements quoted in docs/PERFORMANCE.md, side by side in one
-# run, and prints JSON lines (one per measurement) to stdout. Needs
-# bin/sparcml (make build) and, for the Open MPI peers, openmpi-bin and
-# libopenmpi-dev (make -C bench/mpi).
+# run, and prints JSON lines (one per measurement) to stdout:
 #
-# Sparse runs use --warmup 40 (and the MPI peer the same): a new
-# communicator's first ~30 sparse allreduces run 3-4x slower than its
-# steady state on this machine (docs/PERFORMANCE.md, "Warm-up"), and a
-# training job lives in the steady state. The same runs with 3 warm-up
-# iterations are printed too.
+#   bash scripts/perf.sh > bench/results/perf-sh-$(git rev-parse --short HEAD).jsonl
+#
+# Needs bin/sparcml (make build) and, for the Open MPI peers, openmpi-bin
+# and libopenmpi-dev (make -C bench/mpi). ITERS sets the timed iterations
+# of most runs (default 20).
+#
+# Sparse comparisons run after 40 warm-up operations (the MPI peer too),
+# the steady state a training job lives in, and again after 3, which
+# includes a new communicator's first operations (pooled buffers growing
+# to the messages' sizes; docs/PERFORMANCE.md, "Sparse allreduce").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=bin/sparcml
 ITERS=${ITERS:-20}
+# The figures are TCP's: on one host the default transport is shared memory.
+export SPARCML_TRANSPORT=${SPARCML_TRANSPORT:-tcp}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl tcp,self --mca btl_tcp_if_include lo --mca pml ob1"
 j() { "$B" bench --format json --iters "$ITERS" --warmup 3 "$@"; }
 jw() { "$B" bench --format json --iters "$ITERS" --warmup 40 "$@"; }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"fmt"
-	"golang.org/x/sys/unix"
 	"math/rand/v2"
 	"testing"
 )
@@ -38,14 +37,6 @@ func (m *cpuMeter) report(nnz int) {
 	used := threadCPU() - m.start
 	runtime.UnlockOSThread()
 	m.b.ReportMetric(float64(used.Nanoseconds())/float64(m.b.N)/float64(nnz), "cpu-ns/nnz")
-}
-
-func threadCPU() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func BenchmarkMerge(b *testing.B) {

@@ -19,6 +19,10 @@ import (
 //	8      8    dimension
 //	16          count values, then (sparse only) count uint32 indices
 //
+// Version 2 (quantized.go) carries lossy values, version 3 (packed.go)
+// exact values with packed indices; the version byte says which, so
+// every decoder of exact values takes versions 1 and 3.
+//
 // The form is in-band, as in SparCML's streams, so a receiver learns from
 // the message itself whether a partial result went dense. Values come
 // before indices so that 8-byte values sit 8-byte aligned behind the
@@ -88,17 +92,7 @@ func (v *Vector[T]) AppendEncodeRange(dst []byte, lo, hi int) ([]byte, error) {
 	a, b := v.RangeBounds(lo, hi)
 	nnz := b - a
 	if PreferDense(nnz, dim, s) {
-		start := len(dst)
-		dst = appendHeader(dst, formDense, typeCode[T](), dim, dim)
-		dst = growBytes(dst, dim*s)
-		body := dst[start+HeaderSize:]
-		clear(body)
-		for i := a; i < b; i++ {
-			if x := int(v.Indices[i]) - lo; x >= 0 && x < dim { // false only for unsorted input
-				putValue(body[x*s:], v.Values[i])
-			}
-		}
-		return dst, nil
+		return appendDenseScatterExact(dst, v.Indices[a:b], v.Values[a:b], lo, dim), nil
 	}
 	dst = appendHeader(dst, formSparse, typeCode[T](), nnz, dim)
 	dst = append(dst, valueBytes(v.Values[a:b])...)
@@ -170,7 +164,7 @@ func parseHeader(b []byte) (header, error) {
 	if len(b) < HeaderSize {
 		return h, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), HeaderSize)
 	}
-	if b[0] != magic || (b[1] != version && b[1] != versionQuant) {
+	if b[0] != magic || (b[1] != version && b[1] != versionQuant && b[1] != versionPacked) {
 		return h, fmt.Errorf("%w: bad magic/version %#x/%d", ErrCorrupt, b[0], b[1])
 	}
 	h.version = b[1]
@@ -207,8 +201,11 @@ func parseHeader(b []byte) (header, error) {
 		return h, fmt.Errorf("%w: unknown form %d", ErrCorrupt, b[2])
 	}
 	h.count, h.dim = int(count), int(dim)
-	if h.version == versionQuant {
+	switch h.version {
+	case versionQuant:
 		return h, parseQuantHeader(b, &h)
+	case versionPacked:
+		return h, parsePackedHeader(b, &h, s)
 	}
 	h.size = HeaderSize + int(payload)
 	return h, nil
@@ -229,14 +226,14 @@ func EncodedLen(b []byte) (int, error) {
 	return h.size, nil
 }
 
-// parseExact checks that b holds exactly one exact (version 1) encoding of
-// values of type T and returns its header.
+// parseExact checks that b holds exactly one exact encoding (version 1,
+// or 3 with packed indices) of values of type T and returns its header.
 func parseExact[T Float](b []byte) (header, error) {
 	h, err := parseHeader(b)
 	if err != nil {
 		return h, err
 	}
-	if h.version != version {
+	if h.version == versionQuant {
 		return h, fmt.Errorf("%w: quantized (version %d) encoding where an exact one was expected", ErrCorrupt, h.version)
 	}
 	if h.size != len(b) {
@@ -258,6 +255,9 @@ func (v *Vector[T]) Decode(b []byte) error {
 	h, err := parseExact[T](b)
 	if err != nil {
 		return err
+	}
+	if h.version == versionPacked {
+		return v.decodePacked(b, h)
 	}
 	s := ValueSize[T]()
 	body := b[HeaderSize:]
@@ -338,6 +338,15 @@ func (v *Vector[T]) DecodeAt(b []byte, lo int) (dim int, err error) {
 	if lo < 0 || lo+h.dim > v.Dim {
 		return 0, fmt.Errorf("%w: slice [%d,%d) outside dimension %d", ErrInvalid, lo, lo+h.dim, v.Dim)
 	}
+	if n := len(v.Indices); !v.Dense && n > 0 && int(v.Indices[n-1]) >= lo {
+		return 0, fmt.Errorf("%w: slice at %d after entry %d", ErrInvalid, lo, v.Indices[n-1])
+	}
+	if h.version == versionPacked {
+		if err := v.decodePackedAt(b, h, lo); err != nil {
+			return 0, err
+		}
+		return h.dim, nil
+	}
 	body := b[HeaderSize:]
 	vals := body[:h.count*ValueSize[T]()]
 	if v.Dense {
@@ -348,9 +357,6 @@ func (v *Vector[T]) DecodeAt(b []byte, lo int) (dim int, err error) {
 		}
 		clear(dst)
 		return h.dim, scatterEncoded(dst, body[len(vals):], vals, h.dim)
-	}
-	if n := len(v.Indices); n > 0 && int(v.Indices[n-1]) >= lo {
-		return 0, fmt.Errorf("%w: slice at %d after entry %d", ErrInvalid, lo, v.Indices[n-1])
 	}
 	n := len(v.Indices)
 	v.Indices = growKeep(v.Indices, n+h.count)
@@ -443,6 +449,9 @@ func (v *Vector[T]) DecodeView(b []byte) error {
 	if err != nil {
 		v.Reset(0)
 		return err
+	}
+	if h.version == versionPacked {
+		return v.decodePackedView(b, h)
 	}
 	body := b[HeaderSize:]
 	v.Dim, v.Dense, v.Indices, v.Values = h.dim, h.dense, nil, nil

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,6 +30,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// os.Exit skips deferred calls: the temporary directory is removed in
+	// run, before the exit.
+	os.Exit(run(m))
+}
+
+// run builds the binaries the tests need into a temporary directory,
+// runs the tests and removes the directory.
+func run(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "sparcml-it-")
 	if err != nil {
 		panic(err)
@@ -46,7 +55,7 @@ func TestMain(m *testing.M) {
 		testprogBin = filepath.Join(dir, "testprog")
 		build(testprogBin, "./testprog")
 	}
-	os.Exit(m.Run())
+	return m.Run()
 }
 
 func build(out, pkg string) {
@@ -67,7 +76,7 @@ func runCmd(t *testing.T, timeout time.Duration, env []string, name string, args
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), append(env, "SPARCML_LOG=off")...)
+	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.WaitDelay = 5 * time.Second
@@ -109,14 +118,21 @@ func jobSizes(t *testing.T, def []int) []int {
 	return ps
 }
 
-// wantTransport is the transport the job must use: tcp, or
-// SPARCML_TRANSPORT when the harness forces one (rdma in the guest).
+// wantTransport is the transport the job must use: shared memory (auto,
+// the default, on one host), or SPARCML_TRANSPORT when the harness forces
+// one (rdma in the guest).
 func wantTransport() string {
 	if t := os.Getenv("SPARCML_TRANSPORT"); t != "" && t != "auto" {
 		return t
 	}
-	return "tcp"
+	return "shm"
 }
+
+// jsonFields are the fields of every JSON row of sparcml bench: those
+// scripts read, and the redop, root, mean time and wrong-element count.
+var jsonFields = []string{"op", "algo", "algo_chosen", "transport", "np", "n", "dtype", "bytes", "time_us_min", "time_us_median",
+	"time_us_max", "algbw_gbps", "busbw_gbps", "bytes_sent_per_rank", "check", "max_rss_bytes",
+	"redop", "root", "time_us_avg", "wrong"}
 
 // The benchmark's own --check path and its JSON output fields.
 func TestBenchCheckJSON(t *testing.T) {
@@ -144,18 +160,18 @@ func TestBenchCheckJSON(t *testing.T) {
 			for _, l := range lines {
 				var row map[string]any
 				require.NoError(t, json.Unmarshal([]byte(l), &row), l)
-				for _, f := range []string{"op", "algo", "transport", "np", "n", "dtype", "time_us_min", "time_us_median",
-					"time_us_max", "algbw_gbps", "busbw_gbps", "bytes_sent_per_rank", "check"} {
+				for _, f := range jsonFields {
 					assert.Contains(t, row, f)
 				}
 				assert.Equal(t, tc.op, row["op"])
 				assert.Equal(t, float64(tc.p), row["np"])
 				assert.Equal(t, wantTransport(), row["transport"])
-				want := "ok"
+				want, wrong := "ok", any(0.0)
 				if tc.op == "barrier" {
-					want = "skipped"
+					want, wrong = "skipped", nil
 				}
 				assert.Equal(t, want, row["check"], l)
+				assert.Equal(t, wrong, row["wrong"], l)
 				assert.LessOrEqual(t, row["time_us_min"], row["time_us_median"])
 				assert.LessOrEqual(t, row["time_us_median"], row["time_us_max"])
 			}
@@ -182,7 +198,7 @@ func freeAddr(t *testing.T) string {
 func jobEnv(addr string, rank, size int, extra ...string) []string {
 	return append(append(os.Environ(),
 		"SPARCML_RANK="+strconv.Itoa(rank), "SPARCML_SIZE="+strconv.Itoa(size),
-		"SPARCML_ADDR="+addr, "SPARCML_TOKEN=integration-test-token", "SPARCML_LOG=off"), extra...)
+		"SPARCML_ADDR="+addr, "SPARCML_TOKEN=integration-test-token"), extra...)
 }
 
 func startRank(t *testing.T, j *job, rank, size int, scenario string, extra ...string) {
@@ -270,9 +286,46 @@ func TestKillRankDuringAllreduce(t *testing.T) {
 		msg := j.stderr[r].String()
 		assert.Contains(t, msg, "allreduce seq", "rank %d: %s", r, msg)
 		assert.Contains(t, msg, fmt.Sprintf("rank %d", victim), "rank %d must name the dead rank: %s", r, msg)
+		checkPrefixes(t, r, msg)
 	}
 	t.Logf("survivors failed %v after the kill", elapsed)
 	assert.Less(t, elapsed, opTimeout, "failure must come from connection loss, not the deadline")
+}
+
+// checkPrefixes checks that each line of a rank's stderr says who says it
+// once: the error (after "ERR: ") starts "sparcml: rank R: " and names
+// rank R no other way, and every other line is a log line with one
+// "host:pid [R] sparcml" prefix.
+func checkPrefixes(t *testing.T, rank int, stderr string) {
+	t.Helper()
+	self := fmt.Sprintf("rank %d:", rank)
+	logLine := regexp.MustCompile(fmt.Sprintf(`^\S+:\d+ \[%d\] sparcml `, rank))
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if msg, ok := strings.CutPrefix(line, "ERR: "); ok {
+			assert.True(t, strings.HasPrefix(msg, "sparcml: "+self+" "), "rank %d's error: %s", rank, msg)
+			assert.Equal(t, 1, strings.Count(msg, "sparcml:"), "one sparcml prefix in rank %d's error: %s", rank, msg)
+			assert.Equal(t, 1, strings.Count(msg, self), "rank %d named once in its own error: %s", rank, msg)
+			continue
+		}
+		if assert.Regexp(t, logLine, line, "rank %d", rank) {
+			rest := logLine.ReplaceAllString(line, "")
+			assert.NotContains(t, rest, self, "the log line repeats the rank: %s", line)
+			assert.NotContains(t, rest, "sparcml:", "the log line repeats the prefix: %s", line)
+		}
+	}
+}
+
+// At the default level (WARN) a job that succeeds writes rank 0's
+// start-up line and nothing else: no refused connections, no goodbyes, no
+// "use of closed network connection" while it shuts down.
+func TestDefaultLevelIsQuiet(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		out, errOut, err := runCmd(t, 2*time.Minute, []string{"SPARCML_DEBUG="}, sparcmlBin, "run", "-n", "4", "--", testprogBin, "dense")
+		require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		require.Len(t, lines, 1, "round %d: stderr holds more than the start-up line:\n%s", round, errOut)
+		assert.Regexp(t, `^\[0\] \S+:\d+ \[0\] sparcml version .*: 4 ranks, transport `+wantTransport()+`, launcher sparcml, ready in `, lines[0])
+	}
 }
 
 // Collective mismatches and bad arguments fail on every rank with a clear
@@ -389,5 +442,58 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		_, errOut, err := runCmd(t, 10*time.Second, nil, sparcmlBin, args...)
 		assert.Equal(t, 2, exitCode(err), "%v: %s", args, errOut)
 		assert.Contains(t, errOut, args[2], "the error names the bad value")
+	}
+}
+
+// cleanEnv is this process's environment without any launcher's or
+// sparcml's variables.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(name, "SPARCML_"), strings.HasPrefix(name, "OMPI_"), strings.HasPrefix(name, "PMI_"),
+			strings.HasPrefix(name, "SLURM_"), name == "RANK", name == "WORLD_SIZE", name == "MASTER_ADDR", name == "MASTER_PORT":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// A rank program started on its own runs as a one-rank job.
+func TestOneRankWithoutLauncher(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testprogBin, "collectives", "7")
+	cmd.Env = append(cleanEnv(), "SPARCML_DEBUG=INFO")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	require.NoError(t, cmd.Run(), "stdout:\n%s\nstderr:\n%s", o.String(), e.String())
+	assert.Contains(t, o.String(), "rank 0: collectives ok")
+	assert.Contains(t, e.String(), "INFO init: no launcher environment")
+	assert.Contains(t, e.String(), "1 rank, transport tcp, launcher none")
+}
+
+// An invalid variable stops the CLI before it starts any rank, with one
+// error that names the variable and the value and one prefix.
+func TestCLIRejectsInvalidVariables(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+	}{
+		{"SPARCML_TIMEOUT=soon", []string{"bench", "-n", "2", "--op", "barrier", "--iters", "1"}},
+		{"SPARCML_DEBUG=debug", []string{"run", "-n", "2", "--", testprogBin, "empty"}},
+		{"SPARCML_LOG=verbose", []string{"bench", "--op", "barrier", "--iters", "1"}},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			_, errOut, err := runCmd(t, 30*time.Second, []string{tc.env}, sparcmlBin, tc.args...)
+			assert.Equal(t, 1, exitCode(err), errOut)
+			name, value, _ := strings.Cut(tc.env, "=")
+			lines := strings.Split(strings.TrimSpace(errOut), "\n")
+			require.Len(t, lines, 1, errOut)
+			assert.True(t, strings.HasPrefix(lines[0], "sparcml "+tc.args[0]+": "+name+"="+strconv.Quote(value)+": "), lines[0])
+			assert.Equal(t, 1, strings.Count(lines[0], "sparcml"), lines[0])
+		})
 	}
 }

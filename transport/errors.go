@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -21,6 +22,10 @@ var (
 	ErrProtocol = errors.New("protocol error")
 	// ErrInvalid: bad arguments.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrRevoked: the communicator was revoked. Every rank learns of a
+	// revocation by itself, so an operation failing with it does not
+	// fail the operation on the other ranks (as ErrPeerLost).
+	ErrRevoked = errors.New("communicator revoked")
 )
 
 // PeerError says which peer failed and why. It wraps ErrPeerLost (or
@@ -91,3 +96,19 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// RankList names ranks one by one ("rank 3", "rank 1, rank 3", the first
+// 16 and a count), so that each reads as a rank in an error and a search
+// for "rank 3" finds it.
+func RankList(ranks []int) string {
+	const show = 16
+	parts := make([]string, 0, min(len(ranks), show)+1)
+	for i, r := range ranks {
+		if i == show {
+			parts = append(parts, fmt.Sprintf("... (%d in all)", len(ranks)))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("rank %d", r))
+	}
+	return strings.Join(parts, ", ")
+}

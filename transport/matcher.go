@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"sync"
 )
@@ -19,7 +20,6 @@ type Matcher struct {
 	mu         sync.Mutex
 	space      *sync.Cond
 	posted     map[mkey]posted
-	reserved   map[mkey]*reservation
 	unexpected map[mkey]*message
 	unexpBytes map[int]int64
 	claimed    map[*Request]struct{}
@@ -47,13 +47,6 @@ type posted struct {
 	buf  []byte
 }
 
-// reservation is a posted receive taken out of matching for a speculative
-// read (Reserve); err is why it must fail once the read is over.
-type reservation struct {
-	posted
-	err error
-}
-
 type message struct {
 	desc Desc
 	data []byte
@@ -71,7 +64,6 @@ func NewMatcher(rank int, limit int64) *Matcher {
 		rank:       rank,
 		limit:      limit,
 		posted:     make(map[mkey]posted),
-		reserved:   make(map[mkey]*reservation),
 		unexpected: make(map[mkey]*message),
 		unexpBytes: make(map[int]int64),
 		claimed:    make(map[*Request]struct{}),
@@ -169,7 +161,7 @@ func (m *Matcher) recordKind(tag Tag, desc Desc) (bad Desc, peer int, ok bool) {
 	}
 	// First receive of the operation: check what arrived before it.
 	for k, msg := range m.unexpected {
-		if k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq && !compatibleKinds(desc.Kind, msg.desc.Kind) {
+		if k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq && desc.Kind != msg.desc.Kind {
 			return msg.desc, k.peer, false
 		}
 	}
@@ -196,29 +188,6 @@ func (m *Matcher) failKindMismatch(peer int, tag Tag, remote Desc) {
 			p.req.Complete(nil, m.mismatch(peer, tag, p.desc, remote))
 		}
 	}
-	m.failReservedLocked(func(k mkey) bool { return k.tag.Comm == tag.Comm && k.tag.Seq == tag.Seq },
-		func(r *reservation) error { return m.mismatch(peer, tag, r.desc, remote) })
-}
-
-// failReservedLocked marks the reserved receives that match to fail with
-// err(r) when their speculative read ends: the reader may be writing into
-// their buffers now. Called with m.mu held.
-func (m *Matcher) failReservedLocked(match func(k mkey) bool, err func(r *reservation) error) {
-	for k, r := range m.reserved {
-		if r.err == nil && match(k) {
-			r.err = err(r)
-		}
-	}
-}
-
-// compatibleKinds: a sparse allreduce may finish as a dense allreduce (the
-// dense end of the sparse-to-dense switch); every other pair must match.
-func compatibleKinds(a, b OpKind) bool {
-	if a == b {
-		return true
-	}
-	sparseDense := func(x, y OpKind) bool { return x == OpSparseAllreduce && y == OpAllreduce }
-	return sparseDense(a, b) || sparseDense(b, a)
 }
 
 func (m *Matcher) mismatch(peer int, tag Tag, local, remote Desc) error {
@@ -229,17 +198,23 @@ func (m *Matcher) mismatch(peer int, tag Tag, local, remote Desc) error {
 // as Claim decided: a value, so that delivering a message allocates no
 // closure.
 type Claimed struct {
-	m     *Matcher
-	dst   []byte
-	req   *Request // a posted receive it completes
-	unexp bool     // or an unexpected message, filed under k
-	k     mkey
-	desc  Desc
+	m        *Matcher
+	dst      []byte
+	req      *Request // a posted receive it completes
+	unexp    bool     // or an unexpected message, filed under k
+	k        mkey
+	desc     Desc
+	mismatch bool // the message is of another kind than its operation
 }
 
 // Dst is where to read the payload; nil means read and discard it
 // (unless the payload is empty).
 func (c *Claimed) Dst() []byte { return c.dst }
+
+// KindMismatch reports that the message belongs to an operation this rank
+// runs as another kind (see CheckKind): its posted receives have failed,
+// and the message is discarded (Dst is nil).
+func (c *Claimed) KindMismatch() bool { return c.mismatch }
 
 // Finish completes the message once its payload is in Dst (or skipped).
 func (c *Claimed) Finish() {
@@ -251,13 +226,55 @@ func (c *Claimed) Finish() {
 	}
 }
 
+// Fail ends a claimed message whose payload will not come after all (its
+// sender closed before sending it): its receive fails with err, or the
+// unexpected message is dropped.
+func (c *Claimed) Fail(err error) {
+	switch {
+	case c.req != nil:
+		c.m.mu.Lock()
+		delete(c.m.claimed, c.req)
+		c.m.mu.Unlock()
+		c.req.Complete(nil, err)
+	case c.unexp:
+		c.m.mu.Lock()
+		c.m.release(c.k.peer, int64(len(c.dst)))
+		c.m.mu.Unlock()
+		PutBuf(c.dst)
+	}
+}
+
+// CheckKind is the per-operation kind check of Claim for a message
+// announced before its payload is claimed (a rendezvous request): if this
+// rank runs the message's operation as another kind, the operation's
+// posted receives fail with a mismatch and CheckKind reports true; the
+// transport then drops the message and fails the receives it took out of
+// matching (a buffer offered to the sender) itself.
+func (m *Matcher) CheckKind(peer int, tag Tag, desc Desc) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.kindMismatchLocked(peer, tag, desc)
+}
+
+// kindMismatchLocked fails the operation's posted receives and reports
+// true when a message of desc's kind arrives for an operation this rank
+// runs as another kind. Called with m.mu held.
+func (m *Matcher) kindMismatchLocked(peer int, tag Tag, desc Desc) bool {
+	kind, known := m.kindOf(tag, desc)
+	if !known || kind == desc.Kind {
+		return false
+	}
+	m.failKindMismatch(peer, tag, desc)
+	return true
+}
+
 // Claim is called by a transport when the header of a message of n payload
 // bytes from peer has arrived. It returns where to read the payload and,
 // through Finish, how to complete the message once read. It blocks while
 // the peer's unexpected budget is exhausted, and returns the matcher's
 // error once it has failed.
 func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (Claimed, error) {
-	return m.claim(peer, tag, desc, n, true)
+	return m.claim(context.Background(), peer, tag, desc, n, true)
 }
 
 // TryClaim is Claim without the blocking: where Claim would wait for the
@@ -265,13 +282,29 @@ func (m *Matcher) Claim(peer int, tag Tag, desc Desc, n int) (Claimed, error) {
 // unclaimed. It is for a caller that reads on its own behalf and must not
 // wait for other operations (see the TCP transport).
 func (m *Matcher) TryClaim(peer int, tag Tag, desc Desc, n int) (Claimed, error) {
-	return m.claim(peer, tag, desc, n, false)
+	return m.claim(context.Background(), peer, tag, desc, n, false)
+}
+
+// ClaimContext is Claim that gives up, with ctx's error, when ctx ends
+// while it waits for the budget: for a sender that holds a message back
+// and must let go of it when it closes.
+func (m *Matcher) ClaimContext(ctx context.Context, peer int, tag Tag, desc Desc, n int) (Claimed, error) {
+	if ctx.Done() == nil {
+		return m.claim(ctx, peer, tag, desc, n, true)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		m.space.Broadcast()
+		m.mu.Unlock()
+	})
+	defer stop()
+	return m.claim(ctx, peer, tag, desc, n, true)
 }
 
 // ErrNoBudget is TryClaim's answer when the unexpected budget is full.
 var ErrNoBudget = errors.New("unexpected-message budget exhausted")
 
-func (m *Matcher) claim(peer int, tag Tag, desc Desc, n int, block bool) (Claimed, error) {
+func (m *Matcher) claim(ctx context.Context, peer int, tag Tag, desc Desc, n int, block bool) (Claimed, error) {
 	k := mkey{peer, tag}
 	discard := Claimed{m: m}
 	m.mu.Lock()
@@ -280,16 +313,18 @@ func (m *Matcher) claim(peer int, tag Tag, desc Desc, n int, block bool) (Claime
 		if m.err != nil {
 			return Claimed{}, m.err
 		}
+		if err := ctx.Err(); err != nil {
+			return Claimed{}, err
+		}
 		if _, ok := m.failed[opKey{tag.Comm, tag.Seq}]; ok {
 			return discard, nil
 		}
-		if kind, known := m.kindOf(tag, desc); known && !compatibleKinds(kind, desc.Kind) {
-			m.failKindMismatch(peer, tag, desc)
-			return discard, nil
+		if m.kindMismatchLocked(peer, tag, desc) {
+			return Claimed{m: m, mismatch: true}, nil
 		}
 		if p, ok := m.posted[k]; ok {
 			delete(m.posted, k)
-			return m.takeLocked(p, peer, tag, desc, n, 0, nil), nil
+			return m.takeLocked(p, peer, tag, desc, n), nil
 		}
 		if _, dup := m.unexpected[k]; dup {
 			return Claimed{}, errorf(ErrProtocol, "rank %d sent two messages with %v", peer, tag)
@@ -350,118 +385,21 @@ func (m *Matcher) finishUnexpected(k mkey, desc Desc, buf []byte) {
 	m.mu.Unlock()
 }
 
-// Speculative reads.
-//
-// A stream transport whose caller waits for one receive may read the next
-// frame with one system call into a header buffer, that receive's buffer
-// and its read buffer, betting that the frame is that receive's message:
-// a round trip then costs one read and no copy instead of two reads and a
-// copy. Reserve takes the receive out of matching for the bet, so that
-// nothing else fills or fails it while the reader may be writing into its
-// buffer: FailOp, FailPeer and a collective mismatch only mark it, and
-// Abort fails it as it fails a claimed one (after the transport has
-// stopped its readers). The bet ends with ClaimReserved when the frame is
-// the receive's message, Unreserve when it is not.
-
-// Reserve takes the posted receive (peer, tag) out of matching and returns
-// its buffer, if it is posted and its buffer holds at least min bytes.
-func (m *Matcher) Reserve(peer int, tag Tag, min int) ([]byte, bool) {
-	k := mkey{peer, tag}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, ok := m.posted[k]
-	if !ok || len(p.buf) < min || m.err != nil {
-		return nil, false
-	}
-	delete(m.posted, k)
-	m.reserved[k] = &reservation{posted: p}
-	m.claimed[p.req] = struct{}{}
-	return p.buf, true
-}
-
-// Unreserve ends a reservation whose frame was another: the receive is
-// posted again, or fails if it was marked to meanwhile.
-func (m *Matcher) Unreserve(peer int, tag Tag) {
-	k := mkey{peer, tag}
-	m.mu.Lock()
-	r, ok := m.reserved[k]
-	if !ok {
-		m.mu.Unlock()
-		return
-	}
-	delete(m.reserved, k)
-	delete(m.claimed, r.req)
-	err := r.err
-	if err == nil && m.err == nil {
-		m.posted[k] = r.posted
-		// As in Post: a reader blocked on the budget may hold its message.
-		m.space.Broadcast()
-	}
-	m.mu.Unlock()
-	if err != nil {
-		r.req.Complete(nil, err)
-	}
-}
-
-// ClaimReserved is Claim for the reserved receive's own message, of n
-// payload bytes of which the first landed are already at the start of
-// the receive's buffer. The message goes where Claim would send it: into
-// that buffer (the landed bytes in place), into a larger one if it does
-// not fit (the landed bytes copied), or nowhere if the receive was marked
-// to fail or the message does not match it.
-func (m *Matcher) ClaimReserved(peer int, tag Tag, desc Desc, n, landed int) (Claimed, error) {
-	k := mkey{peer, tag}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r, ok := m.reserved[k]
-	if !ok {
-		return Claimed{}, errorf(ErrProtocol, "no reservation for %v from rank %d", tag, peer)
-	}
-	delete(m.reserved, k)
-	if m.err != nil {
-		return Claimed{}, m.err // Abort failed the receive already
-	}
-	fail := r.err
-	if kind, known := m.kindOf(tag, desc); fail == nil && known && !compatibleKinds(kind, desc.Kind) {
-		m.failKindMismatch(peer, tag, desc)
-		fail = m.mismatch(peer, tag, r.desc, desc)
-	}
-	return m.takeLocked(r.posted, peer, tag, desc, n, landed, fail), nil
-}
-
-// takeLocked gives the message (peer, tag, desc) of n payload bytes, the
-// first landed of them already at the start of its buffer, to the receive
-// p, which is out of matching: into p's buffer, a larger one if the
-// message does not fit (the landed bytes copied), or nowhere when p fails
-// with fail or with a mismatch of the descriptors. Called with m.mu held.
-func (m *Matcher) takeLocked(p posted, peer int, tag Tag, desc Desc, n, landed int, fail error) Claimed {
-	if fail == nil && p.desc != desc {
-		fail = m.mismatch(peer, tag, p.desc, desc)
-	}
-	if fail != nil {
-		delete(m.claimed, p.req) // reserved receives are in it
-		p.req.Complete(nil, fail)
+// takeLocked gives the message (peer, tag, desc) of n payload bytes to the
+// posted receive p, which is out of matching: into p's buffer, a larger
+// one if the message does not fit, or nowhere when the descriptors differ.
+// Called with m.mu held.
+func (m *Matcher) takeLocked(p posted, peer int, tag Tag, desc Desc, n int) Claimed {
+	if p.desc != desc {
+		p.req.Complete(nil, m.mismatch(peer, tag, p.desc, desc))
 		return Claimed{m: m}
 	}
 	buf := p.buf
 	if cap(buf) < n {
 		buf = make([]byte, n)
-		copy(buf, p.buf[:landed])
 	}
 	m.claimed[p.req] = struct{}{}
 	return Claimed{m: m, dst: buf[:n], req: p.req}
-}
-
-// Deliver files a whole message whose payload is already in memory (for
-// transports that receive into their own buffers). data is copied.
-func (m *Matcher) Deliver(peer int, tag Tag, desc Desc, data []byte) error {
-	c, err := m.Claim(peer, tag, desc, len(data))
-	if err != nil {
-		return err
-	}
-	copy(c.Dst(), data)
-	c.Finish()
-	return nil
 }
 
 func (m *Matcher) release(peer int, n int64) {
@@ -489,8 +427,6 @@ func (m *Matcher) FailOp(comm uint32, seq uint64, err error) {
 			delete(m.posted, k)
 		}
 	}
-	m.failReservedLocked(func(k mkey) bool { return k.tag.Comm == comm && k.tag.Seq == seq },
-		func(*reservation) error { return err })
 	for k, msg := range m.unexpected {
 		if k.tag.Comm == comm && k.tag.Seq == seq {
 			m.release(k.peer, int64(len(msg.data)))
@@ -522,7 +458,6 @@ func (m *Matcher) FailPeer(peer int, err error) {
 			delete(m.posted, k)
 		}
 	}
-	m.failReservedLocked(func(k mkey) bool { return k.peer == peer }, func(*reservation) error { return err })
 	m.mu.Unlock()
 	for _, r := range fail {
 		r.Complete(nil, err)
@@ -569,5 +504,5 @@ func (m *Matcher) Err() error {
 func (m *Matcher) Pending() (posted, unexpected int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.posted) + len(m.reserved), len(m.unexpected)
+	return len(m.posted), len(m.unexpected)
 }

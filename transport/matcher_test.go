@@ -101,6 +101,30 @@ func TestDescriptorMismatchNamesBothSides(t *testing.T) {
 	}
 }
 
+// TestKindPerOperation: once a rank runs one kind at a sequence number, a
+// message of another kind for that operation fails its receives, even at
+// a step this rank never posts, and whether it arrived before or after
+// the first receive. Kinds are compared for equality only: the matcher
+// knows no pair of kinds that may share an operation.
+func TestKindPerOperation(t *testing.T) {
+	sparse := Desc{Kind: OpSparseAllreduce, DType: 1, Count: 8}
+	m := NewMatcher(0, 0)
+	r := m.Post(1, tagOf(4, 0), sparse, nil)
+	deliver(t, m, 1, tagOf(4, 99), desc, []byte("dense"))
+	if err := wait(t, r); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("a dense allreduce's message in a sparse allreduce: %v, want a mismatch", err)
+	}
+	deliver(t, m, 2, tagOf(5, 99), desc, []byte("early"))
+	if err := wait(t, m.Post(2, tagOf(5, 0), sparse, nil)); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("an early message of another kind: %v, want a mismatch", err)
+	}
+	ok := m.Post(1, tagOf(6, 0), sparse, nil)
+	deliver(t, m, 1, tagOf(6, 0), sparse, []byte("same"))
+	if err := wait(t, ok); err != nil || string(ok.Data()) != "same" {
+		t.Fatalf("same kind: %q, %v", ok.Data(), err)
+	}
+}
+
 func TestFailOpFailsOnlyThatOperation(t *testing.T) {
 	m := NewMatcher(0, 0)
 	deliver(t, m, 1, tagOf(5, 1), desc, []byte("x")) // early message of the failed op
@@ -266,76 +290,93 @@ func TestBufPoolSizes(t *testing.T) {
 	}
 }
 
-// A reserved receive is out of matching until its speculative read ends:
-// failures only mark it, Unreserve posts it again or fails it, Abort fails
-// it at once (the transport stops its readers first).
-func TestReserve(t *testing.T) {
-	cause := errors.New("gone")
-	for name, mark := range map[string]func(m *Matcher){
-		"none":     func(*Matcher) {},
-		"fail-op":  func(m *Matcher) { m.FailOp(1, 5, cause) },
-		"peer":     func(m *Matcher) { m.FailPeer(1, cause) },
-		"mismatch": func(m *Matcher) { deliver(t, m, 2, tagOf(5, 1), Desc{Kind: OpBroadcast, Count: 8}, nil) },
-	} {
-		m := NewMatcher(0, 0)
-		r := m.Post(1, tagOf(5, 0), desc, make([]byte, 16))
-		if _, ok := m.Reserve(1, tagOf(5, 0), 17); ok {
-			t.Fatalf("%s: reserved a 16-byte receive for at least 17", name)
-		}
-		buf, ok := m.Reserve(1, tagOf(5, 0), 16)
-		if !ok || len(buf) != 16 {
-			t.Fatalf("%s: Reserve = %d bytes, %v", name, len(buf), ok)
-		}
-		mark(m)
-		if r.Completed() {
-			t.Fatalf("%s: a reserved receive completed", name)
-		}
-		m.Unreserve(1, tagOf(5, 0))
-		if name == "none" {
-			if r.Completed() {
-				t.Fatalf("unmarked: completed by Unreserve")
-			}
-			deliver(t, m, 1, tagOf(5, 0), desc, []byte("again"))
-			if err := wait(t, r); err != nil || string(r.Data()) != "again" {
-				t.Fatalf("unmarked: %q, %v", r.Data(), err)
-			}
-			continue
-		}
-		if err := wait(t, r); err == nil {
-			t.Fatalf("%s: Unreserve did not fail a marked receive", name)
-		}
+// TestClaimContext: a claim waiting for the budget gives up when its
+// context ends, and the budget it waited for is untouched.
+func TestClaimContext(t *testing.T) {
+	m := NewMatcher(0, 10)
+	deliver(t, m, 1, tagOf(1, 0), desc, make([]byte, 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.ClaimContext(ctx, 1, tagOf(2, 0), desc, 10)
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		t.Fatalf("a claim over the budget returned at once: %v", err)
+	case <-time.After(30 * time.Millisecond):
 	}
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("ClaimContext after cancel: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ClaimContext did not give up when its context ended")
+	}
+	if err := wait(t, m.Post(1, tagOf(1, 0), desc, nil)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.ClaimContext(context.Background(), 1, tagOf(2, 0), desc, 10)
+	if err != nil || c.Dst() == nil {
+		t.Fatalf("claim with the budget free: %v", err)
+	}
+	c.Finish()
+}
 
+// TestCheckKindAndKindMismatch: a message of another kind, announced
+// (CheckKind) or claimed, fails the operation's posted receives and says
+// so; one of the operation's own kind passes.
+func TestCheckKindAndKindMismatch(t *testing.T) {
 	m := NewMatcher(0, 0)
-	r := m.Post(1, tagOf(6, 0), desc, make([]byte, 8))
-	m.Reserve(1, tagOf(6, 0), 1)
-	m.Abort(cause)
-	if err := wait(t, r); !errors.Is(err, cause) {
-		t.Fatalf("abort: %v", err)
+	barrier := Desc{Kind: OpBarrier}
+	r := m.Post(1, tagOf(1, 0), desc, nil)
+	if m.CheckKind(1, tagOf(1, 5), desc) {
+		t.Fatal("CheckKind: a message of the operation's own kind reported as a mismatch")
 	}
-	if _, err := m.ClaimReserved(1, tagOf(6, 0), desc, 8, 0); !errors.Is(err, cause) {
-		t.Fatalf("ClaimReserved after abort: %v", err)
+	if !m.CheckKind(1, tagOf(1, 5), barrier) {
+		t.Fatal("CheckKind: a message of another kind passed")
+	}
+	if err := wait(t, r); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("posted receive after CheckKind: %v, want a mismatch", err)
+	}
+	r = m.Post(1, tagOf(2, 0), desc, nil)
+	c, err := m.Claim(1, tagOf(2, 3), barrier, 4)
+	if err != nil || !c.KindMismatch() || c.Dst() != nil {
+		t.Fatalf("claim of another kind: %v, mismatch %v, dst %v", err, c.KindMismatch(), c.Dst())
+	}
+	if err := wait(t, r); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("posted receive after the claim: %v, want a mismatch", err)
+	}
+	if m.CheckKind(2, tagOf(3, 0), barrier) {
+		t.Fatal("CheckKind for an operation this rank has not started reported a mismatch")
 	}
 }
 
-// ClaimReserved puts the message where Claim would, keeping the bytes
-// already landed in the receive's buffer.
-func TestClaimReserved(t *testing.T) {
-	m := NewMatcher(0, 0)
-	buf := make([]byte, 4)
-	r := m.Post(1, tagOf(7, 0), desc, buf)
-	m.Reserve(1, tagOf(7, 0), 1)
-	copy(buf, "abcd") // the speculative read
-	c, err := m.ClaimReserved(1, tagOf(7, 0), desc, 6, 4)
+// TestClaimedFail: a claimed message whose payload will not come fails its
+// receive, or gives its budget back.
+func TestClaimedFail(t *testing.T) {
+	m := NewMatcher(0, 10)
+	r := m.Post(1, tagOf(1, 0), desc, make([]byte, 8))
+	c, err := m.Claim(1, tagOf(1, 0), desc, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(c.Dst()[4:], "ef")
-	c.Finish()
-	if err := wait(t, r); err != nil || string(r.Data()) != "abcdef" {
-		t.Fatalf("larger than the buffer: %q, %v", r.Data(), err)
+	gone := errors.New("sender closed")
+	c.Fail(gone)
+	if err := wait(t, r); !errors.Is(err, gone) {
+		t.Fatalf("receive after Fail: %v", err)
 	}
-	if p, u := m.Pending(); p != 0 || u != 0 {
-		t.Fatalf("left %d posted, %d unexpected", p, u)
+	u, err := m.Claim(1, tagOf(2, 0), desc, 10) // unexpected: takes the whole budget
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Fail(gone)
+	if p, n := m.Pending(); p != 0 || n != 0 {
+		t.Fatalf("after Fail: %d posted, %d unexpected", p, n)
+	}
+	if _, err := m.TryClaim(1, tagOf(3, 0), desc, 10); err != nil {
+		t.Fatalf("the failed message's budget was not given back: %v", err)
 	}
 }

@@ -10,6 +10,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"fmt"
 )
 
@@ -68,33 +69,69 @@ func (k OpKind) String() string {
 	return fmt.Sprintf("op(%d)", uint8(k))
 }
 
-// Desc describes the collective a message belongs to. Every message carries
-// it and a receiver compares it with its own: a difference means the ranks
-// called different collectives (or the same one with different arguments),
-// and the operation fails on every rank with an error naming both sides.
-// DType, Reduce and Algo are small enums owned by the layers above; Count
-// is the element count every rank must agree on (the dimension for sparse
-// operations).
+// Desc describes the operation a message belongs to. Every message carries
+// it and the receiver compares it with its own: a difference means the
+// ranks called different operations (or the same one with different
+// arguments) at one sequence number, and the receive fails with a
+// MismatchError naming both sides.
+//
+// A transport compares descriptors as a whole and interprets none of the
+// fields but Kind (see Matcher): DType, Reduce, Algo and Param are enums
+// and parameters of the layer above, which names them for people (String
+// prints plain numbers).
 type Desc struct {
 	Kind   OpKind
-	DType  uint8
-	Reduce uint8
-	Algo   uint8
-	Root   int32
-	Count  uint64
+	DType  uint8  // element type
+	Reduce uint8  // reduction
+	Algo   uint8  // algorithm
+	Root   int32  // root rank of a rooted operation
+	Count  uint64 // element count every rank must agree on
+	// Param is any further argument the ranks must agree on, in a form
+	// only the layer above knows (the collectives put the value codec
+	// here); 0 when there is none.
+	Param uint64
 }
 
-// DescSize is the encoded size of a Desc.
-const DescSize = 16
+// DescSize is the size of a Desc on the wire (EncodeDesc).
+const DescSize = 24
 
+// EncodeDesc writes d into b[:DescSize], little-endian: kind, dtype,
+// reduce and algo (one byte each), root (4 bytes), count (8), param (8).
+// Every transport puts descriptors on the wire this way.
+func EncodeDesc(b []byte, d Desc) {
+	_ = b[DescSize-1]
+	b[0], b[1], b[2], b[3] = byte(d.Kind), d.DType, d.Reduce, d.Algo
+	binary.LittleEndian.PutUint32(b[4:], uint32(d.Root))
+	binary.LittleEndian.PutUint64(b[8:], d.Count)
+	binary.LittleEndian.PutUint64(b[16:], d.Param)
+}
+
+// DecodeDesc reads the descriptor EncodeDesc wrote into b[:DescSize]. Any
+// bytes are a descriptor: a receiver only compares it with its own.
+func DecodeDesc(b []byte) Desc {
+	_ = b[DescSize-1]
+	return Desc{
+		Kind:   OpKind(b[0]),
+		DType:  b[1],
+		Reduce: b[2],
+		Algo:   b[3],
+		Root:   int32(binary.LittleEndian.Uint32(b[4:])),
+		Count:  binary.LittleEndian.Uint64(b[8:]),
+		Param:  binary.LittleEndian.Uint64(b[16:]),
+	}
+}
+
+// String prints the fields as numbers, since only the layer above knows
+// their names.
 func (d Desc) String() string {
-	return fmt.Sprintf("%s(dtype=%d reduce=%d algo=%d root=%d count=%d)",
-		d.Kind, d.DType, d.Reduce, d.Algo, d.Root, d.Count)
+	return fmt.Sprintf("%s(dtype=%d reduce=%d algo=%d root=%d count=%d param=%#x)",
+		d.Kind, d.DType, d.Reduce, d.Algo, d.Root, d.Count, d.Param)
 }
 
 // Transport connects one rank to all the others of a job. Implementations
 // must be safe for concurrent use: several operations may send and receive
-// at once.
+// at once. The conformance suite in package transporttest holds every
+// implementation to this contract.
 type Transport interface {
 	// Name is the transport's short name ("tcp", "rdma", "inmem").
 	Name() string
@@ -103,7 +140,10 @@ type Transport interface {
 
 	// Send starts sending the concatenation of bufs to peer as one message
 	// tagged tag. The buffers must not be modified until the request
-	// completes. peer must differ from Rank().
+	// completes. peer must differ from Rank(). Send never waits for the
+	// peer; when the peer's budget for messages that arrived before
+	// their receive is spent, the request stays pending until the peer
+	// posts receives.
 	Send(peer int, tag Tag, desc Desc, bufs ...[]byte) *Request
 
 	// Recv starts receiving the message tagged tag from peer. If buf has
@@ -129,7 +169,10 @@ type Transport interface {
 	// Stats returns the counters since the transport was created.
 	Stats() Stats
 
-	// Close releases the transport. Pending requests fail with ErrClosed.
+	// Close releases the transport. Pending and later requests fail with
+	// ErrClosed. Peers see a graceful close: what this rank sent before
+	// is still delivered, and only what still involves it fails there,
+	// naming it. Close may be called more than once.
 	Close() error
 }
 
@@ -149,4 +192,20 @@ func (s Stats) Sub(o Stats) Stats {
 		MsgsSent:  s.MsgsSent - o.MsgsSent,
 		MsgsRecv:  s.MsgsRecv - o.MsgsRecv,
 	}
+}
+
+// SegmentSizer is implemented by a transport that moves large messages
+// best in segments of a size of its own: the collectives cut their
+// pipelined transfers into segments of SegmentBytes bytes (0: no
+// preference, the collectives' default).
+type SegmentSizer interface {
+	SegmentBytes() int
+}
+
+// SegmentBytes is t's preferred segment size, 0 if it has none.
+func SegmentBytes(t Transport) int {
+	if s, ok := t.(SegmentSizer); ok {
+		return s.SegmentBytes()
+	}
+	return 0
 }

@@ -2,239 +2,56 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/sparcml/sparcml"
-	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/internal/config"
 	"github.com/sparcml/sparcml/internal/launch"
-	"github.com/sparcml/sparcml/quant"
 )
 
-// benchConfig is the parsed command line of `sparcml bench`.
-type benchConfig struct {
-	n         int
-	bindTo    string
-	op        string
-	sizes     []int
-	dtype     string
-	algo      collectives.Algo
-	algoName  string
-	redop     sparcml.ReduceOp
-	iters     int
-	warmup    int
-	check     bool
-	format    string
-	transport string
-	seed      uint64
-	root      int
-	baseline  bool
-	window    int
-	progress  bool
-	densities []float64
-	dist      string
-	vsDense   bool
-	balanced  bool
-	quant     sparcml.Quant
-	inflight  int
-	compute   string // "auto" or microseconds
-	spin      bool
-	args      []string // the original arguments, for relaunching with -n
-}
+const benchUsage = `usage: sparcml bench [-n N] [--op OP] [--sizes MIN:MAX | --bytes MIN:MAX] [flags]
 
-var benchOps = []string{"allreduce", "reduce-scatter", "allgather", "broadcast", "barrier", "p2p", "sparse-allreduce", "sparse-allgather"}
+Times an operation as nccl-tests do: per size, warm-up iterations, then
+timed ones, each started after a barrier; an iteration's time is the
+slowest rank's. Without -n it joins the job its environment describes
+(sparcml run, srun, mpirun, torchrun). Output columns and JSON fields are
+described in README.md ("The CLI").
 
-func parseBenchFlags(args []string) (*benchConfig, error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	cfg := &benchConfig{}
-	fs.IntVar(&cfg.n, "n", 0, "launch N local ranks (without -n: join the job described by the environment)")
-	fs.StringVar(&cfg.bindTo, "bind-to", "none", "with -n: core binds rank r to one CPU (as mpirun --bind-to core), none leaves placement to the kernel")
-	fs.StringVar(&cfg.op, "op", "allreduce", "operation: "+strings.Join(benchOps, "|"))
-	sizes := fs.String("sizes", "1K:16M", "element counts: MIN:MAX (doubling) or a comma list; K, M, G suffixes (x1024)")
-	fs.StringVar(&cfg.dtype, "dtype", "float32", "element type: float32|float64")
-	fs.StringVar(&cfg.algoName, "algo", "auto", "algorithm: auto|ring|rabenseifner|recursive-doubling; sparse: auto|ssar-rd|ssar-split|dsar|allgather")
-	redop := fs.String("reduce", "sum", "reduction for allreduce and reduce-scatter: sum|min|max")
-	fs.IntVar(&cfg.iters, "iters", 20, "timed iterations per size")
-	fs.IntVar(&cfg.warmup, "warmup", 5, "untimed iterations per size")
-	fs.BoolVar(&cfg.check, "check", false, "verify every result against the reference computed from all ranks' seeded inputs")
-	fs.StringVar(&cfg.format, "format", "table", "output: table|json|csv")
-	fs.StringVar(&cfg.transport, "transport", "auto", "transport: auto|tcp|rdma")
-	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the ranks' inputs")
-	fs.IntVar(&cfg.root, "root", 0, "root rank of broadcast")
-	fs.BoolVar(&cfg.baseline, "baseline", false, "with --op p2p: also time a plain TCP socket copy between the same two processes")
-	fs.IntVar(&cfg.window, "window", 1, "with --op p2p: messages in flight per iteration, acknowledged once per window (1: one message and its acknowledgement, a round trip per message; perftest's ib_write_bw streams with --tx-depth writes in flight)")
-	density := fs.String("density", "0.01", "sparse ops: fraction(s) of nonzeros per rank, e.g. 0.01,0.1 or 1%")
-	fs.StringVar(&cfg.dist, "dist", "uniform", "sparse ops: index distribution uniform|powerlaw")
-	fs.BoolVar(&cfg.vsDense, "vs-dense", false, "sparse-allreduce: also time the dense allreduce of the same n and report the speedup")
-	fs.BoolVar(&cfg.balanced, "balanced", false, "sparse-allreduce: index ranges balanced by where the nonzeros are")
-	quantName := fs.String("quant", "none", "value encoding of allreduce and sparse-allreduce: none|fp16|bf16|q8|q4|q2")
-	fs.IntVar(&cfg.inflight, "inflight", 0, "overlap mode: keep K operations in flight while each rank computes, and report compute alone, communication alone and both")
-	fs.StringVar(&cfg.compute, "compute", "auto", "with --inflight: compute time per iteration in microseconds, or auto (= the communication time)")
-	computeMode := fs.String("compute-mode", "spin", "with --inflight: spin (a CPU busy loop) or sleep (compute on an accelerator, CPU idle)")
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fs.SetOutput(os.Stdout)
-			fmt.Println("usage: sparcml bench [flags]")
-			fs.PrintDefaults()
-			os.Exit(0)
-		}
-		return nil, usagef("%v (see sparcml bench -h)", err)
-	}
-	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if !slices.Contains(benchOps, cfg.op) {
-		return nil, usagef("unknown --op %q (want %s)", cfg.op, strings.Join(benchOps, "|"))
-	}
-	var err error
-	if cfg.sizes, err = parseSizes(*sizes); err != nil {
-		return nil, usageError{err}
-	}
-	if cfg.dtype != "float32" && cfg.dtype != "float64" {
-		return nil, usagef("unknown --dtype %q (want float32|float64)", cfg.dtype)
-	}
-	if _, err := parseBindTo(cfg.bindTo); err != nil {
-		return nil, err
-	}
-	if cfg.algo, err = collectives.ParseAlgo(cfg.algoName); err != nil {
-		return nil, usagef("--algo: %v", err)
-	}
-	switch *redop {
-	case "sum":
-		cfg.redop = sparcml.Sum
-	case "min":
-		cfg.redop = sparcml.Min
-	case "max":
-		cfg.redop = sparcml.Max
-	default:
-		return nil, usagef("unknown --reduce %q (want sum|min|max)", *redop)
-	}
-	if cfg.iters < 1 || cfg.warmup < 0 {
-		return nil, usagef("--iters must be >= 1 and --warmup >= 0")
-	}
-	if cfg.format != "table" && cfg.format != "json" && cfg.format != "csv" {
-		return nil, usagef("unknown --format %q (want table|json|csv)", cfg.format)
-	}
-	if cfg.transport != "auto" && cfg.transport != "tcp" && cfg.transport != "rdma" {
-		return nil, usagef("unknown --transport %q (want auto|tcp|rdma)", cfg.transport)
-	}
-	if cfg.densities, err = parseDensities(*density); err != nil {
-		return nil, usageError{err}
-	}
-	if cfg.dist != "uniform" && cfg.dist != "powerlaw" {
-		return nil, usagef("unknown --dist %q (want uniform|powerlaw)", cfg.dist)
-	}
-	if cfg.quant, err = quant.ParseKind(*quantName); err != nil {
-		return nil, usagef("--quant: %v", err)
-	}
-	if cfg.quant != sparcml.QuantNone && cfg.op != "allreduce" && cfg.op != "sparse-allreduce" {
-		return nil, usagef("--quant works with --op allreduce or sparse-allreduce")
-	}
-	switch *computeMode {
-	case "spin":
-		cfg.spin = true
-	case "sleep":
-	default:
-		return nil, usagef("unknown --compute-mode %q (want spin|sleep)", *computeMode)
-	}
-	if cfg.window < 1 {
-		return nil, usagef("--window must be >= 1")
-	}
-	if cfg.window > 1 && cfg.op != "p2p" {
-		return nil, usagef("--window works with --op p2p")
-	}
-	if cfg.inflight < 0 {
-		return nil, usagef("--inflight must be >= 0")
-	}
-	if cfg.inflight > 0 && cfg.op != "allreduce" {
-		return nil, usagef("--inflight works with --op allreduce")
-	}
-	if cfg.compute != "auto" {
-		if v, err := strconv.Atoi(cfg.compute); err != nil || v < 0 {
-			return nil, usagef("--compute %q: want microseconds or auto", cfg.compute)
-		}
-	}
-	cfg.args = args
-	return cfg, nil
-}
-
-// parseSizes reads "MIN:MAX" (doubling from MIN to MAX) or "a,b,c", with
-// K/M/G meaning x1024, x1024^2, x1024^3.
-func parseSizes(s string) ([]int, error) {
-	if lo, hi, ok := strings.Cut(s, ":"); ok {
-		min, err := parseCount(lo)
-		if err != nil {
-			return nil, err
-		}
-		max, err := parseCount(hi)
-		if err != nil {
-			return nil, err
-		}
-		if max < min {
-			return nil, fmt.Errorf("--sizes %q: MAX < MIN", s)
-		}
-		var out []int
-		if min == 0 {
-			out = append(out, 0)
-			min = 1
-		}
-		for n := min; n <= max; n *= 2 {
-			out = append(out, n)
-		}
-		return out, nil
-	}
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		n, err := parseCount(part)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-func parseCount(s string) (int, error) {
-	s = strings.TrimSpace(s)
-	mult := 1
-	switch {
-	case strings.HasSuffix(s, "K") || strings.HasSuffix(s, "k"):
-		mult, s = 1<<10, s[:len(s)-1]
-	case strings.HasSuffix(s, "M") || strings.HasSuffix(s, "m"):
-		mult, s = 1<<20, s[:len(s)-1]
-	case strings.HasSuffix(s, "G") || strings.HasSuffix(s, "g"):
-		mult, s = 1<<30, s[:len(s)-1]
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("bad element count %q (want e.g. 1024, 64K, 16M)", s)
-	}
-	return v * mult, nil
-}
+flags:`
 
 func benchCmd(args []string) error {
 	cfg, err := parseBenchFlags(args)
+	if err == errHelp {
+		fmt.Println(benchUsage)
+		printFlags(os.Stdout, newBenchFlags(&benchConfig{}, &benchFlagValues{}), hiddenBenchFlags)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	if cfg.n > 0 {
-		return relaunch(cfg)
+	env, err := config.Load(os.Getenv)
+	if err != nil {
+		return err
 	}
-	cfg.progress = os.Getenv("SPARCML_PROGRESS") == "1" || isTerminal(os.Stderr)
-	return runBench(cfg)
+	cfg.progress = env.Progress
+	if !env.ProgressSet {
+		cfg.progress = isTerminal(os.Stderr)
+	}
+	if cfg.n > 0 {
+		return relaunch(cfg, env.Token)
+	}
+	return runBench(cfg, env)
 }
 
 // relaunch starts N local ranks of this same binary running the same
-// benchmark without -n.
-func relaunch(cfg *benchConfig) error {
+// benchmark without -n, with the job token given (a fresh one if empty).
+func relaunch(cfg *benchConfig, token string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -252,29 +69,27 @@ func relaunch(cfg *benchConfig) error {
 			args = append(args, a)
 		}
 	}
-	env := []string{}
-	if isTerminal(os.Stderr) {
-		env = append(env, "SPARCML_PROGRESS=1")
-	}
-	if os.Getenv("SPARCML_LOG") == "" {
-		env = append(env, "SPARCML_LOG=off")
+	// The ranks' stderr is a pipe to the launcher: decide for them.
+	env := []string{"SPARCML_PROGRESS=0"}
+	if cfg.progress {
+		env = []string{"SPARCML_PROGRESS=1"}
 	}
 	bind, _ := parseBindTo(cfg.bindTo) // checked when parsing
 	return launch.Run(context.Background(), launch.Config{
 		N: cfg.n, Program: self, Args: append([]string{"bench"}, args...),
 		Env: env, Stdout: os.Stdout, Stderr: os.Stderr, Prefix: false,
-		BindCores: bind,
+		BindCores: bind, Token: token,
 	})
 }
 
-func runBench(cfg *benchConfig) error {
+func runBench(cfg *benchConfig, env *config.Settings) error {
 	ctx := context.Background()
 	comm, err := sparcml.Init(ctx, sparcml.WithTransport(cfg.transport))
 	if err != nil {
 		return err
 	}
 	defer comm.Close()
-	if stop, err := startCPUProfile(comm.Rank()); err != nil {
+	if stop, err := startCPUProfile(env, comm.Rank()); err != nil {
 		return err
 	} else {
 		defer stop()
@@ -312,12 +127,7 @@ func runBench(cfg *benchConfig) error {
 		}
 	}
 	out.close()
-	for _, r := range out.rows {
-		if r.Check == "fail" {
-			return fmt.Errorf("result check failed for %s n=%d", r.Op, r.N)
-		}
-	}
-	return nil
+	return checkFailures(out.rows, comm.Rank())
 }
 
 func runSparseBench(ctx context.Context, comm *sparcml.Comm, cfg *benchConfig, out *reporter, p progress) error {
@@ -343,12 +153,33 @@ func runSparseBench(ctx context.Context, comm *sparcml.Comm, cfg *benchConfig, o
 		}
 	}
 	out.close()
-	for _, r := range out.rows {
-		if r.Check == "fail" {
-			return fmt.Errorf("result check failed for %s n=%d density %g", r.Op, r.N, r.Density)
+	return checkFailures(out.rows, comm.Rank())
+}
+
+// checkFailures returns, on rank 0, an error naming every row whose check
+// failed. Every rank has the same rows; the others return nil, so that
+// none exits before rank 0 has printed its rows and the error (a launcher
+// stops the job when the first rank fails), and rank 0's exit status is
+// the job's.
+func checkFailures(rows []result, rank int) error {
+	var failed []string
+	for _, r := range rows {
+		if r.Check != "fail" {
+			continue
 		}
+		what := fmt.Sprintf("%s n=%d", r.Op, r.N)
+		if r.Density > 0 {
+			what += fmt.Sprintf(" density %g", r.Density)
+		}
+		if r.Transport == "raw-tcp" {
+			what += " (raw-tcp baseline)"
+		}
+		failed = append(failed, fmt.Sprintf("%s: %d wrong elements", what, *r.Wrong))
 	}
-	return nil
+	if len(failed) == 0 || rank != 0 {
+		return nil
+	}
+	return fmt.Errorf("result check failed: %s", strings.Join(failed, "; "))
 }
 
 // progress shows "[i/total] op n=..." on a terminal, overwritten in place.
@@ -390,8 +221,8 @@ func median(xs []float64) float64 {
 // -sample_index=alloc_space), and an execution trace, which shows every
 // goroutine and thread wake-up, to $SPARCML_TRACE.rank<R> (go tool trace;
 // the timed part of each iteration is a region, "sparcml" or "raw-tcp").
-func startCPUProfile(rank int) (stop func(), err error) {
-	if prefix := os.Getenv("SPARCML_MEMPROFILE"); prefix != "" {
+func startCPUProfile(env *config.Settings, rank int) (stop func(), err error) {
+	if prefix := env.MemProfile; prefix != "" {
 		return func() {
 			if f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, rank)); err == nil {
 				pprof.Lookup("allocs").WriteTo(f, 0)
@@ -399,10 +230,10 @@ func startCPUProfile(rank int) (stop func(), err error) {
 			}
 		}, nil
 	}
-	if prefix := os.Getenv("SPARCML_TRACE"); prefix != "" {
+	if prefix := env.ExecTrace; prefix != "" {
 		return recordTo(prefix, rank, trace.Start, trace.Stop)
 	}
-	if prefix := os.Getenv("SPARCML_CPUPROFILE"); prefix != "" {
+	if prefix := env.CPUProfile; prefix != "" {
 		return recordTo(prefix, rank, pprof.StartCPUProfile, pprof.StopCPUProfile)
 	}
 	return func() {}, nil

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml"
-	"github.com/sparcml/sparcml/collectives"
-	"golang.org/x/sys/unix"
 )
 
-// result is one row of the benchmark's output.
+// result is one row of the benchmark's output. Times are in
+// microseconds, bandwidths in GB/s (10^9 bytes per second), sizes in
+// bytes; README.md documents every field.
 type result struct {
 	Op         string  `json:"op"`
 	Algo       string  `json:"algo"`
@@ -31,11 +31,22 @@ type result struct {
 	Check      string  `json:"check"`
 	MaxRSS     int64   `json:"max_rss_bytes"`
 
+	// Redop is the reduction ("none" for operations without one) and
+	// Root the root rank (-1 for operations without one), as nccl-tests
+	// print them. TimeAvg is the mean iteration time. Wrong counts the
+	// elements that differed from the reference, summed over ranks and
+	// timed iterations; nil (JSON null) when the results were not checked.
+	Redop   string  `json:"redop"`
+	Root    int     `json:"root"`
+	TimeAvg float64 `json:"time_us_avg"`
+	Wrong   *int64  `json:"wrong"`
+
 	// Sparse operations.
 	Density        float64 `json:"density,omitempty"`
 	NNZIn          int     `json:"nnz_in,omitempty"`
 	NNZOut         int     `json:"nnz_out,omitempty"`
 	PredictedBytes int64   `json:"predicted_bytes_per_rank,omitempty"`
+	Indices        string  `json:"indices,omitempty"` // exact sparse allreduce: raw or packed, as rank 0 sent them
 	SpeedupVsDense float64 `json:"speedup_vs_dense,omitempty"`
 
 	// Overlap mode (--inflight): median times of communication alone,
@@ -53,8 +64,10 @@ type benchOp interface {
 	prepare()
 	// run performs one iteration and returns the algorithm used.
 	run(ctx context.Context) (sparcml.Algo, error)
-	// verify compares this rank's result with the reference.
-	verify() bool
+	// verify compares this rank's result with the reference and returns
+	// the number of elements that differ. It first perturbs the first
+	// inject elements of the result (the hidden --inject-wrong test hook).
+	verify(inject int) int64
 	// size is the element count actually used, the bytes that define
 	// algorithm bandwidth, and the nccl-tests bus bandwidth factor.
 	size() (n int, bytes int64, busFactor float64)
@@ -83,7 +96,7 @@ func reference[T sparcml.Float](n, size int, seed uint64, red sparcml.ReduceOp) 
 		seeded(tmp, seed, r)
 		for i, v := range tmp {
 			switch red {
-			case sparcml.Sum:
+			case sparcml.Sum, sparcml.Avg:
 				ref[i] += v
 			case sparcml.Min:
 				ref[i] = min(ref[i], v)
@@ -92,19 +105,38 @@ func reference[T sparcml.Float](n, size int, seed uint64, red sparcml.ReduceOp) 
 			}
 		}
 	}
+	averaged(ref, red, size)
 	return ref
 }
 
-func equal[T sparcml.Float](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
+// averaged finishes a reference sum of p ranks for Avg: the exact sum of
+// the bench's small integers divided once, as the library does.
+func averaged[T sparcml.Float](ref []T, red sparcml.ReduceOp, p int) {
+	if red != sparcml.Avg {
+		return
 	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
+	for i := range ref {
+		ref[i] /= T(p)
+	}
+}
+
+// countWrong perturbs the first inject elements of got, then returns how
+// many elements differ from want by more than tol (every element counts
+// when the lengths differ; NaN is always wrong).
+func countWrong[T sparcml.Float](got, want []T, tol float64, inject int) int64 {
+	for i := range min(inject, len(got)) {
+		got[i] += 1 + T(tol)
+	}
+	if len(got) != len(want) {
+		return int64(max(len(got), len(want)))
+	}
+	var wrong int64
+	for i := range got {
+		if d := float64(got[i]) - float64(want[i]); d > tol || d < -tol || d != d {
+			wrong++
 		}
 	}
-	return true
+	return wrong
 }
 
 func newBenchOp[T sparcml.Float](cfg *benchConfig, c *sparcml.Comm, n int) (benchOp, error) {
@@ -116,7 +148,7 @@ func newBenchOp[T sparcml.Float](cfg *benchConfig, c *sparcml.Comm, n int) (benc
 	}
 	switch cfg.op {
 	case "allreduce":
-		o := &allreduceBench[T]{cfg: cfg, c: c, data: make([]T, n), sz: sz}
+		o := &allreduceBench[T]{cfg: cfg, c: c, data: make([]T, n), sz: sz, tol: quantTolerance(cfg.quant, p, cfg.redop)}
 		seeded(o.data, cfg.seed, r)
 		if cfg.check {
 			o.input = append([]T(nil), o.data...)
@@ -181,6 +213,7 @@ type allreduceBench[T sparcml.Float] struct {
 	cfg              *benchConfig
 	c                *sparcml.Comm
 	data, input, ref []T
+	tol              float64 // the low-precision encodings' error bound
 	sz               int64
 }
 
@@ -196,20 +229,18 @@ func (o *allreduceBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
 	return req.Algo(), err
 }
 
-func (o *allreduceBench[T]) verify() bool {
-	if o.cfg.quant == sparcml.QuantNone {
-		return equal(o.data, o.ref)
-	}
-	return within(o.data, o.ref, quantTolerance(o.cfg.quant, o.c.Size()))
-}
+func (o *allreduceBench[T]) verify(inject int) int64 { return countWrong(o.data, o.ref, o.tol, inject) }
 
 // quantTolerance bounds the error of a low-precision sum of the bench's
-// inputs (integers in [-4, 4] on p ranks). fp16 and bf16 hold such small
-// integers exactly. A stochastic rounding moves a value by at most one
-// step, scale/s with s = 2^(b-1)-1 levels and scale at most the bucket's
-// largest magnitude: 4 for each of the p contributions and 4p for the
-// quantized result, so |error| <= (4p + 4p)/s.
-func quantTolerance(k sparcml.Quant, p int) float64 {
+// inputs (integers in [-4, 4] on p ranks); 0 for exact values. fp16 and
+// bf16 hold such small integers and their sums exactly, and an average
+// divides the decoded sum as the reference divides the exact one. A
+// stochastic rounding moves a value by at most one step, scale/s with
+// s = 2^(b-1)-1 levels and scale at most the bucket's largest magnitude:
+// 4 for each of the p contributions and 4p for the quantized result, so
+// |error| <= (4p + 4p)/s, divided by p for an average (plus the two
+// divisions' roundings).
+func quantTolerance(k sparcml.Quant, p int, red sparcml.ReduceOp) float64 {
 	var s float64
 	switch k {
 	case sparcml.QuantQ8:
@@ -221,19 +252,11 @@ func quantTolerance(k sparcml.Quant, p int) float64 {
 	default:
 		return 0
 	}
-	return 8 * float64(p) / s * (1 + 1e-6)
-}
-
-func within[T sparcml.Float](got, want []T, tol float64) bool {
-	if len(got) != len(want) {
-		return false
+	tol := 8 * float64(p) / s * (1 + 1e-6)
+	if red == sparcml.Avg {
+		tol = tol/float64(p) + 1e-5
 	}
-	for i := range got {
-		if d := float64(got[i]) - float64(want[i]); d > tol || d < -tol || d != d {
-			return false
-		}
-	}
-	return true
+	return tol
 }
 
 func (o *allreduceBench[T]) size() (int, int64, float64) {
@@ -256,7 +279,7 @@ func (o *reduceScatterBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
 	return req.Algo(), err
 }
 
-func (o *reduceScatterBench[T]) verify() bool { return equal(o.out, o.ref) }
+func (o *reduceScatterBench[T]) verify(inject int) int64 { return countWrong(o.out, o.ref, 0, inject) }
 
 func (o *reduceScatterBench[T]) size() (int, int64, float64) {
 	p := float64(o.c.Size())
@@ -278,7 +301,7 @@ func (o *allgatherBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
 	return req.Algo(), err
 }
 
-func (o *allgatherBench[T]) verify() bool { return equal(o.out, o.ref) }
+func (o *allgatherBench[T]) verify(inject int) int64 { return countWrong(o.out, o.ref, 0, inject) }
 
 func (o *allgatherBench[T]) size() (int, int64, float64) {
 	p := float64(o.c.Size())
@@ -305,7 +328,7 @@ func (o *broadcastBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
 	return req.Algo(), err
 }
 
-func (o *broadcastBench[T]) verify() bool { return equal(o.data, o.ref) }
+func (o *broadcastBench[T]) verify(inject int) int64 { return countWrong(o.data, o.ref, 0, inject) }
 
 func (o *broadcastBench[T]) size() (int, int64, float64) {
 	return len(o.data), int64(len(o.data)) * o.sz, 1
@@ -315,9 +338,9 @@ type barrierBench struct{ c *sparcml.Comm }
 
 func (o *barrierBench) prepare() {}
 func (o *barrierBench) run(ctx context.Context) (sparcml.Algo, error) {
-	return collectives.AlgoDirect, o.c.Barrier(ctx)
+	return sparcml.AlgoDirect, o.c.Barrier(ctx)
 }
-func (o *barrierBench) verify() bool                { return true }
+func (o *barrierBench) verify(int) int64            { return 0 }
 func (o *barrierBench) size() (int, int64, float64) { return 0, 0, 0 }
 
 // p2pBench sends from each even rank to the next odd rank: a window of
@@ -363,7 +386,7 @@ func (o *p2pBench[T]) prepare() {
 
 func (o *p2pBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
 	if o.peer < 0 {
-		return collectives.AlgoDirect, nil
+		return sparcml.AlgoDirect, nil
 	}
 	if o.sender {
 		if o.window == 1 {
@@ -379,25 +402,24 @@ func (o *p2pBench[T]) run(ctx context.Context) (sparcml.Algo, error) {
 				return 0, err
 			}
 		}
-		return collectives.AlgoDirect, o.pending[0].Wait(ctx)
+		return sparcml.AlgoDirect, o.pending[0].Wait(ctx)
 	}
 	// As osu_bw does with MPI_Waitall: one wait for the whole window.
 	if err := sparcml.WaitAll(ctx, o.pending...); err != nil {
 		return 0, err
 	}
-	return collectives.AlgoDirect, sparcml.Send(ctx, o.c, o.ack, o.peer)
+	return sparcml.AlgoDirect, sparcml.Send(ctx, o.c, o.ack, o.peer)
 }
 
-func (o *p2pBench[T]) verify() bool {
+func (o *p2pBench[T]) verify(inject int) int64 {
 	if o.ref == nil {
-		return true
+		return 0 // a sender, or a rank without a peer
 	}
+	var wrong int64
 	for _, b := range o.bufs {
-		if !equal(b, o.ref) {
-			return false
-		}
+		wrong += countWrong(b, o.ref, 0, inject)
 	}
-	return true
+	return wrong
 }
 
 func (o *p2pBench[T]) size() (int, int64, float64) {
@@ -474,17 +496,4 @@ func (rp *rawPair) close() {
 	if rp != nil {
 		rp.conn.Close()
 	}
-}
-
-func maxRSS() int64 {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Maxrss * 1024
-}
-
-func isTerminal(f interface{ Fd() uintptr }) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sparcml/sparcml"
-	"github.com/sparcml/sparcml/collectives"
-	"github.com/sparcml/sparcml/sparse"
 )
 
 // parseDensities reads "0.01,0.1" (fractions in [0,1]) or percentages "1%".
@@ -37,7 +36,7 @@ func parseDensities(s string) ([]float64, error) {
 // power law towards low indices (duplicates combined), so a few index
 // ranges hold most entries. Values are small integers so every sum is
 // exact.
-func sparseInput[T sparcml.Float](n int, d float64, dist string, seed uint64, rank int) *sparse.Vector[T] {
+func sparseInput[T sparcml.Float](n int, d float64, dist string, seed uint64, rank int) *sparcml.SparseVector[T] {
 	x := seed*0x9E3779B97F4A7C15 ^ uint64(rank+1)*0xD1B54A32D192ED03
 	next := func() uint64 {
 		x += 0x9E3779B97F4A7C15
@@ -55,7 +54,7 @@ func sparseInput[T sparcml.Float](n int, d float64, dist string, seed uint64, ra
 			idx[i] = uint32(math.Min(float64(n-1), float64(n)*u*u*u))
 			vals[i] = val()
 		}
-		v, err := sparse.FromUnsorted(n, idx, vals)
+		v, err := sparcml.SparseVectorFromUnsorted(n, idx, vals)
 		if err != nil {
 			panic(err) // indices are below n by construction
 		}
@@ -73,22 +72,22 @@ func sparseInput[T sparcml.Float](n int, d float64, dist string, seed uint64, ra
 			vals = append(vals, val())
 		}
 	}
-	return &sparse.Vector[T]{Dim: n, Indices: idx, Values: vals}
+	return &sparcml.SparseVector[T]{Dim: n, Indices: idx, Values: vals}
 }
 
 // benchSparse measures SparseAllreduce or SparseAllgather at dimension n
-// and density d, and with --vs-dense the dense allreduce of the same n in
-// the same run.
+// and density d, and with --vs-dense the dense allreduce of the same
+// vectors in the same run.
 func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, n int, d float64) ([]result, error) {
 	p, me := c.Size(), c.Rank()
-	inputs := make([]*sparse.Vector[T], p)
+	inputs := make([]*sparcml.SparseVector[T], p)
 	for r := range inputs {
 		if r == me || cfg.check || cfg.op == "sparse-allreduce" {
 			inputs[r] = sparseInput[T](n, d, cfg.dist, cfg.seed, r)
 		}
 	}
 	in := inputs[me]
-	var ref []T
+	var ref []T // the dense result of the allreduce
 	if cfg.check && cfg.op == "sparse-allreduce" {
 		ref = make([]T, n)
 		for _, v := range inputs {
@@ -96,43 +95,40 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 				ref[x] += v.Values[i]
 			}
 		}
+		averaged(ref, cfg.redop, p)
 	}
-	out := &sparse.Vector[T]{}
-	var gathered []*sparse.Vector[T]
+	// Values are in [1, 8], twice the dense inputs' largest magnitude.
+	tol := 2 * quantTolerance(cfg.quant, p, cfg.redop)
+	out := &sparcml.SparseVector[T]{}
+	gathered := make([]*sparcml.SparseVector[T], p)
 	var dense []T
 	var stats sparcml.SparseStats
-	opts := []sparcml.CallOption{sparcml.WithAlgo(cfg.algo), sparcml.WithQuant(cfg.quant)}
+	opts := []sparcml.CallOption{sparcml.WithAlgo(cfg.algo), sparcml.WithQuant(cfg.quant), sparcml.WithIndices(cfg.indices)}
 	if cfg.balanced {
 		opts = append(opts, sparcml.WithBalancedRanges())
 	}
 	run := func() error {
-		var err error
 		if cfg.op == "sparse-allgather" {
-			gathered, err = sparcml.SparseAllgather(ctx, c, in, gathered)
-			return err
+			return sparcml.SparseAllgather(ctx, c, in, gathered)
 		}
-		stats, err = sparcml.SparseAllreduce(ctx, c, in, out, opts...)
+		var err error
+		stats, err = sparcml.SparseAllreduce(ctx, c, in, out, cfg.redop, opts...)
 		return err
 	}
-	verify := func() bool {
+	verify := func() int64 {
 		if cfg.op == "sparse-allgather" {
+			var wrong int64
 			for r, v := range gathered {
-				if !equal(v.ToDense(nil), inputs[r].ToDense(nil)) {
-					return false
-				}
+				dense = v.ToDense(dense)
+				wrong += countWrongSparse(dense, inputs[r], cfg.injectWrong)
 			}
-			return len(gathered) == p
+			return wrong
 		}
 		dense = out.ToDense(dense)
-		if cfg.quant != sparcml.QuantNone {
-			// Values are in [1, 8]: scale at most 8 per contribution, 8p
-			// for a reduced range.
-			return within(dense, ref, quantTolerance(cfg.quant, p)*2)
-		}
-		return equal(dense, ref)
+		return countWrong(dense, ref, tol, cfg.injectWrong)
 	}
 	times := make([]float64, cfg.iters)
-	ok := true
+	var wrong int64
 	before := c.Stats()
 	for it := -cfg.warmup; it < cfg.iters; it++ {
 		if err := c.Barrier(ctx); err != nil {
@@ -147,18 +143,18 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 		}
 		if it >= 0 {
 			times[it] = time.Since(t0).Seconds()
-			if cfg.check && !verify() {
-				ok = false
+			if cfg.check {
+				wrong += verify()
 			}
 		}
 	}
 	sent := float64(c.Stats().Sub(before).BytesSent) / float64(cfg.iters)
-	op := sparseSized{n: n, bytes: int64(n) * int64(sparse.ValueSize[T]())}
+	op := sparseSized{n: n, bytes: int64(n) * int64(sparcml.ElemSize[T]())}
 	algo := stats.Algo
 	if cfg.op == "sparse-allgather" {
-		algo = collectives.AlgoDirect
+		algo = sparcml.AlgoDirect
 	}
-	row, err := summarize(ctx, c, cfg, op, times, ok, sent, algo, c.Transport())
+	row, err := summarize(ctx, c, cfg, op, times, wrong, sent, algo, c.Transport())
 	if err != nil {
 		return nil, err
 	}
@@ -166,39 +162,105 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 	row.NNZIn = in.NNZ()
 	if cfg.op == "sparse-allreduce" {
 		row.NNZOut = out.NNZ()
-		nnz := make([]int, p)
-		for r, v := range inputs {
-			nnz[r] = v.NNZ()
-		}
-		// The model's prediction from the nonzero counts alone (what
-		// AlgoAuto sees), the largest over ranks like the measurement.
-		vs := sparse.ValueSize[T]()
-		if dense := stats.Algo == collectives.AlgoRing || stats.Algo == collectives.AlgoRabenseifner ||
-			stats.Algo == collectives.AlgoRecursiveDoubling; dense {
-			for r := 0; r < p; r++ {
-				row.PredictedBytes = max(row.PredictedBytes, collectives.AllreduceBytesSent(stats.Algo, n, vs, p, r))
-			}
-		} else {
-			pred := c.CostModel().PredictSparseQuant(stats.Algo, p, n, vs, cfg.quant, nnz)
-			for _, b := range pred.BytesSent {
-				row.PredictedBytes = max(row.PredictedBytes, b)
+		row.PredictedBytes = predictedBytes[T](c, cfg, stats, n, inputs)
+		if cfg.quant == sparcml.QuantNone && isSparseAlgo(stats.Algo) {
+			row.Indices = sparcml.IndexRaw.String()
+			if stats.PackedIndices {
+				row.Indices = sparcml.IndexPacked.String()
 			}
 		}
 	}
 	rows := []result{row}
 	if cfg.vsDense && cfg.op == "sparse-allreduce" {
-		dcfg := *cfg
-		dcfg.op, dcfg.check, dcfg.algo, dcfg.algoName = "allreduce", false, collectives.AlgoAuto, "auto"
-		drows, err := benchSize[T](ctx, c, &dcfg, n)
+		drows, err := denseOfSparse(ctx, c, cfg, in, ref, tol)
 		if err != nil {
 			return nil, err
 		}
 		if drows[0].TimeMedian > 0 && row.TimeMedian > 0 {
 			rows[0].SpeedupVsDense = drows[0].TimeMedian / row.TimeMedian
 		}
+		drows[0].Density, drows[0].NNZIn = d, in.NNZ() // of the vectors it densified
 		rows = append(rows, drows[0])
 	}
 	return rows, nil
+}
+
+// predictedBytes is the model's prediction of the bytes a rank sends from
+// the nonzero counts alone (what AlgoAuto sees), the largest over ranks
+// like the measurement.
+func predictedBytes[T sparcml.Float](c *sparcml.Comm, cfg *benchConfig, stats sparcml.SparseStats, n int, inputs []*sparcml.SparseVector[T]) int64 {
+	p, algo := c.Size(), stats.Algo
+	vs := sparcml.ElemSize[T]()
+	var most int64
+	if algo == sparcml.AlgoRing || algo == sparcml.AlgoRabenseifner || algo == sparcml.AlgoRecursiveDoubling {
+		for r := 0; r < p; r++ {
+			most = max(most, sparcml.AllreduceBytesSent(algo, n, vs, p, r))
+		}
+		return most
+	}
+	nnz := make([]int, p)
+	for r, v := range inputs {
+		nnz[r] = v.NNZ()
+	}
+	pred := c.CostModel().PredictSparseQuant(algo, p, n, vs, cfg.quant, nnz)
+	if cfg.quant == sparcml.QuantNone && stats.PackedIndices {
+		pred = c.CostModel().PredictSparsePacked(algo, p, n, vs, nnz)
+	}
+	for _, b := range pred.BytesSent {
+		most = max(most, b)
+	}
+	return most
+}
+
+// isSparseAlgo says whether a is one of the sparse schedules (not the
+// dense end of the switch, not AlgoDirect).
+func isSparseAlgo(a sparcml.Algo) bool {
+	switch a {
+	case sparcml.AlgoSSARRecursiveDoubling, sparcml.AlgoSSARSplitAllgather, sparcml.AlgoDSAR, sparcml.AlgoSparseAllgather:
+		return true
+	}
+	return false
+}
+
+// denseOfSparse times the dense allreduce of this rank's sparse input,
+// densified, under the model's choice of algorithm, and with --check
+// verifies it against ref, the sparse allreduce's dense result.
+func denseOfSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, in *sparcml.SparseVector[T], ref []T, tol float64) ([]result, error) {
+	dcfg := *cfg
+	dcfg.op, dcfg.algo, dcfg.algoName = "allreduce", sparcml.AlgoAuto, "auto"
+	op := &allreduceBench[T]{cfg: &dcfg, c: c, data: in.ToDense(nil), ref: ref, tol: tol, sz: int64(sparcml.ElemSize[T]())}
+	if cfg.check {
+		op.input = slices.Clone(op.data)
+	}
+	return measure[T](ctx, c, &dcfg, op)
+}
+
+// countWrongSparse perturbs the first inject elements of got, then
+// returns how many differ from want (every element counts when the
+// dimensions differ).
+func countWrongSparse[T sparcml.Float](got []T, want *sparcml.SparseVector[T], inject int) int64 {
+	for i := range min(inject, len(got)) {
+		got[i]++
+	}
+	if len(got) != want.Dim {
+		return int64(max(len(got), want.Dim))
+	}
+	if want.Dense {
+		return countWrong(got, want.Values, 0, 0)
+	}
+	var wrong int64
+	k := 0
+	for i, x := range got {
+		w := T(0)
+		if k < len(want.Indices) && int(want.Indices[k]) == i {
+			w = want.Values[k]
+			k++
+		}
+		if x != w {
+			wrong++
+		}
+	}
+	return wrong
 }
 
 // sparseSized gives summarize the size of a sparse operation: bandwidths
@@ -211,5 +273,5 @@ type sparseSized struct {
 
 func (s sparseSized) prepare()                                      {}
 func (s sparseSized) run(context.Context) (sparcml.Algo, error)     { return 0, nil }
-func (s sparseSized) verify() bool                                  { return true }
+func (s sparseSized) verify(int) int64                              { return 0 }
 func (s sparseSized) size() (n int, bytes int64, busFactor float64) { return s.n, s.bytes, 1 }

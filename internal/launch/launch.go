@@ -1,6 +1,7 @@
 // Package launch starts the ranks of a job on this host: the one-host
 // counterpart of mpirun or torchrun. It gives each process the SPARCML_*
-// environment, prefixes their output with the rank, forwards signals, and
+// environment and torchrun's (so a PyTorch script runs under it
+// unchanged), prefixes their output with the rank, forwards signals, and
 // when one rank fails stops the others and reports which rank failed.
 package launch
 
@@ -42,6 +43,13 @@ type Config struct {
 	// another idles, nor moves a rank away from its warm cache. Linux
 	// only.
 	BindCores bool
+	// KeepGoing leaves the other ranks running when one fails, for jobs
+	// whose survivors go on without it (SPARCML_ON_PEER_LOSS=revoke); the
+	// job still reports the first failure once every rank has exited.
+	KeepGoing bool
+	// Token is the job secret given to every rank as SPARCML_TOKEN; empty
+	// means a fresh random one.
+	Token string
 }
 
 // RankError says which rank failed and how.
@@ -91,8 +99,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cmds := make([]*exec.Cmd, cfg.N)
 	for r := range cmds {
 		cmd := exec.Command(path, cfg.Args...)
-		cmd.Env = append(append([]string{}, env...),
-			"SPARCML_RANK="+strconv.Itoa(r), "SPARCML_LOCAL_RANK="+strconv.Itoa(r))
+		cmd.Env = append(append([]string{}, env...), rankEnv(r)...)
 		// Own process group: a terminal's Ctrl-C reaches the launcher
 		// only, which forwards it once to every rank's whole group.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -170,6 +177,10 @@ func (j *job) wait(ctx context.Context) error {
 			left--
 			if e.err != nil && first == nil && !stopping {
 				first = &RankError{Rank: e.rank, Err: describeExit(e.err), Code: exitCode(e.err)}
+				if j.cfg.KeepGoing {
+					fmt.Fprintf(j.cfg.Stderr, "sparcml run: rank %d %v; the other ranks go on (--keep-going)\n", e.rank, first.Err)
+					continue
+				}
 				fmt.Fprintf(j.cfg.Stderr, "sparcml run: rank %d %v; stopping the other ranks\n", e.rank, first.Err)
 				stop()
 			}
@@ -238,13 +249,28 @@ func exitCode(err error) int {
 	return 1
 }
 
-// jobEnv is the environment shared by every rank.
+// rankEnv is rank r's own part of the environment: its rank in sparcml's
+// and torchrun's variables (every rank runs on this host, so its local
+// rank is its rank).
+func rankEnv(r int) []string {
+	rank := strconv.Itoa(r)
+	return []string{"SPARCML_RANK=" + rank, "SPARCML_LOCAL_RANK=" + rank, "RANK=" + rank, "LOCAL_RANK=" + rank}
+}
+
+// jobEnv is the environment shared by every rank: sparcml's variables and
+// torchrun's. The two rendezvous ports differ: a PyTorch program's
+// TCPStore listens on MASTER_PORT while a sparcml program's store listens
+// on SPARCML_ADDR's port (sparcml's variables take priority over
+// torchrun's in sparcml.Init), so a program that uses both, such as a
+// PyTorch script calling sparcml through a binding, starts two stores
+// that do not collide.
 func jobEnv(cfg Config) ([]string, error) {
-	port, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
-		return nil, fmt.Errorf("launch: pick a rendezvous port: %w", err)
+		return nil, fmt.Errorf("launch: pick rendezvous ports: %w", err)
 	}
-	token := os.Getenv("SPARCML_TOKEN")
+	port, masterPort := ports[0], ports[1]
+	token := cfg.Token
 	if token == "" {
 		b := make([]byte, 32)
 		if _, err := rand.Read(b); err != nil {
@@ -253,23 +279,33 @@ func jobEnv(cfg Config) ([]string, error) {
 		token = hex.EncodeToString(b)
 	}
 	env := os.Environ()
+	size := strconv.Itoa(cfg.N)
 	env = append(env,
-		"SPARCML_SIZE="+strconv.Itoa(cfg.N),
-		"SPARCML_LOCAL_SIZE="+strconv.Itoa(cfg.N),
+		"SPARCML_SIZE="+size,
+		"SPARCML_LOCAL_SIZE="+size,
 		"SPARCML_ADDR=127.0.0.1:"+strconv.Itoa(port),
 		"SPARCML_TOKEN="+token,
+		"WORLD_SIZE="+size,
+		"LOCAL_WORLD_SIZE="+size,
+		"MASTER_ADDR=127.0.0.1",
+		"MASTER_PORT="+strconv.Itoa(masterPort),
 	)
 	return append(env, cfg.Env...), nil
 }
 
-// freePort asks the kernel for an unused loopback port. Another process
-// could take it before rank 0 binds it; rank 0 then fails with a clear
-// "address in use" error.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts asks the kernel for n distinct unused loopback ports, holding
+// each until all are chosen so that none is handed out twice. Another
+// process could take one before the job binds it; the rank that binds it
+// then fails with a clear "address in use" error.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }

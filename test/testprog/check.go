@@ -35,7 +35,16 @@ func lengths(seed uint64, p int) []int {
 }
 
 var algos = []sparcml.Algo{sparcml.AlgoAuto, sparcml.AlgoRing, sparcml.AlgoRabenseifner, sparcml.AlgoRecursiveDoubling}
-var reductions = []sparcml.ReduceOp{sparcml.Sum, sparcml.Min, sparcml.Max}
+var reductions = []sparcml.ReduceOp{sparcml.Sum, sparcml.Min, sparcml.Max, sparcml.Avg}
+
+// finish completes a reference reduction of p ranks: Avg divides the sum.
+func finish[T sparcml.Float](want []T, red sparcml.ReduceOp, p int) {
+	if red == sparcml.Avg {
+		for i := range want {
+			want[i] /= T(p)
+		}
+	}
+}
 
 func allCollectives(ctx context.Context, c *sparcml.Comm, seed uint64) error {
 	if err := collectivesOf[float32](ctx, c, seed); err != nil {
@@ -56,9 +65,11 @@ func collectivesOf[T sparcml.Float](ctx context.Context, c *sparcml.Comm, seed u
 				}
 			}
 		}
-		id++
-		if err := checkReduceScatter[T](ctx, c, seed, id, n/max(p, 1)); err != nil {
-			return err
+		for _, red := range []sparcml.ReduceOp{sparcml.Sum, sparcml.Avg} {
+			id++
+			if err := checkReduceScatter[T](ctx, c, seed, id, n/max(p, 1), red); err != nil {
+				return err
+			}
 		}
 		id++
 		if err := checkAllgather[T](ctx, c, seed, id, n/max(p, 1)); err != nil {
@@ -104,13 +115,14 @@ func checkAllreduce[T sparcml.Float](ctx context.Context, c *sparcml.Comm, seed 
 			want[i] = reduce(want[i], tmp[i], red)
 		}
 	}
+	finish(want, red, p)
 	if err := sparcml.Allreduce(ctx, c, data, red, sparcml.WithAlgo(algo)); err != nil {
 		return err
 	}
 	return mismatch(fmt.Sprintf("allreduce %s %s", algo, red), n, c.Rank(), data, want)
 }
 
-func checkReduceScatter[T sparcml.Float](ctx context.Context, c *sparcml.Comm, seed uint64, id, m int) error {
+func checkReduceScatter[T sparcml.Float](ctx context.Context, c *sparcml.Comm, seed uint64, id, m int, red sparcml.ReduceOp) error {
 	p, me := c.Size(), c.Rank()
 	in := make([]T, m*p)
 	seeded(in, seed, id, me)
@@ -122,11 +134,12 @@ func checkReduceScatter[T sparcml.Float](ctx context.Context, c *sparcml.Comm, s
 			want[i] += tmp[i]
 		}
 	}
+	finish(want, red, p)
 	out := make([]T, m)
-	if err := sparcml.ReduceScatter(ctx, c, in, out, sparcml.Sum); err != nil {
+	if err := sparcml.ReduceScatter(ctx, c, in, out, red); err != nil {
 		return err
 	}
-	return mismatch("reduce-scatter", m*p, me, out, want[me*m:(me+1)*m])
+	return mismatch("reduce-scatter "+red.String(), m*p, me, out, want[me*m:(me+1)*m])
 }
 
 func checkAllgather[T sparcml.Float](ctx context.Context, c *sparcml.Comm, seed uint64, id, m int) error {

@@ -62,17 +62,21 @@ func run(ctx context.Context, c *sparcml.Comm, scenario string, seed uint64) int
 			if c.Rank() != 1 {
 				in = &sparcml.SparseVector[float32]{Dim: 100, Indices: []uint32{3, 5}, Values: []float32{1, 2}}
 			}
-			_, err := sparcml.SparseAllreduce(ctx, c, in, &sparcml.SparseVector[float32]{})
+			_, err := sparcml.SparseAllreduce(ctx, c, in, &sparcml.SparseVector[float32]{}, sparcml.Sum)
 			return err
 		})
 	case "sparse-dim-mismatch":
 		err = expectErrorThenRecover(ctx, c, func() error {
 			in := &sparcml.SparseVector[float64]{Dim: 100 + c.Rank()%2}
-			_, err := sparcml.SparseAllreduce(ctx, c, in, &sparcml.SparseVector[float64]{})
+			_, err := sparcml.SparseAllreduce(ctx, c, in, &sparcml.SparseVector[float64]{}, sparcml.Avg)
 			return err
 		})
 	case "loop":
 		err = loop(ctx, c)
+	case "shrink":
+		err = survive(ctx, c, seed)
+	case "mixed":
+		err = mixedLoop(ctx, c, seed)
 	case "mismatch-len":
 		n := 100
 		if c.Rank() == c.Size()-1 {

@@ -27,8 +27,9 @@ func sparseInput[T sparcml.Float](seed uint64, id, rank, dim int, density float6
 }
 
 // allSparse runs SparseAllreduce with every algorithm, balanced and equal
-// ranges, at several densities (including none), and SparseAllgather,
-// checking each result against the dense sum of every rank's input.
+// ranges, at several densities (including none), summing or averaging
+// (alternately), and SparseAllgather, checking each result against the
+// dense sum (or average) of every rank's input.
 func allSparse(ctx context.Context, c *sparcml.Comm, seed uint64) error {
 	if err := sparseOf[float32](ctx, c, seed); err != nil {
 		return err
@@ -44,6 +45,7 @@ func sparseOf[T sparcml.Float](ctx context.Context, c *sparcml.Comm, seed uint64
 			for _, algo := range sparseAlgos {
 				for _, balanced := range []bool{false, true} {
 					id++
+					red := []sparcml.ReduceOp{sparcml.Sum, sparcml.Avg}[id%2]
 					want := make([]T, dim)
 					for r := 0; r < p; r++ {
 						v := sparseInput[T](seed, id, r, dim, density)
@@ -51,16 +53,21 @@ func sparseOf[T sparcml.Float](ctx context.Context, c *sparcml.Comm, seed uint64
 							want[x] += v.Values[i]
 						}
 					}
+					finish(want, red, p)
 					in := sparseInput[T](seed, id, me, dim, density)
 					out := &sparcml.SparseVector[T]{}
 					opts := []sparcml.CallOption{sparcml.WithAlgo(algo)}
 					if balanced {
 						opts = append(opts, sparcml.WithBalancedRanges())
 					}
-					if _, err := sparcml.SparseAllreduce(ctx, c, in, out, opts...); err != nil {
+					st, err := sparcml.SparseAllreduce(ctx, c, in, out, red, opts...)
+					if err != nil {
 						return err
 					}
-					what := fmt.Sprintf("sparse allreduce %v balanced=%v density %g", algo, balanced, density)
+					if st.Algo == sparcml.AlgoAuto {
+						return &wrongResult{fmt.Sprintf("sparse allreduce %v: SparseStats.Algo is %v, not the algorithm that ran", algo, st.Algo)}
+					}
+					what := fmt.Sprintf("sparse allreduce %v %v balanced=%v density %g", algo, red, balanced, density)
 					if err := mismatch(what, dim, me, out.ToDense(nil), want); err != nil {
 						return err
 					}
@@ -68,8 +75,8 @@ func sparseOf[T sparcml.Float](ctx context.Context, c *sparcml.Comm, seed uint64
 			}
 			id++
 			in := sparseInput[T](seed, id, me, dim, density)
-			got, err := sparcml.SparseAllgather(ctx, c, in, nil)
-			if err != nil {
+			got := make([]*sparcml.SparseVector[T], p)
+			if err := sparcml.SparseAllgather(ctx, c, in, got); err != nil {
 				return err
 			}
 			for r := 0; r < p; r++ {

@@ -8,9 +8,9 @@
 # 2. sparcml bench --op p2p over RDMA, same sizes, --window W: W writes in
 #    flight, as ib_write_bw -t W, but in bursts of W, each after a barrier
 #    and closed by an acknowledgement, where ib_write_bw streams 64 MiB; and
-#    the ratio to ib_write_bw. (That difference is not what separates them
-#    at 64 KiB: in one guest ours ran at the same 19-25 MiB/s with W = 16,
-#    64 and 256, while ib_write_bw -t W -n W ran at 41-59.)
+#    the ratio to ib_write_bw. (The bursts are not what separates them:
+#    BENCH_WINDOW=64 or 256 against ib_write_bw -t W -n W leaves the gap as
+#    it is; docs/PERFORMANCE.md, "RDMA in the soft-RoCE guest".)
 # 3. the dense allreduce bench over RDMA and over TCP, and their ratio.
 # Under TCG these numbers only compare with each other, in the same run.
 # perftest's MB/sec are MiB/s (2^20 bytes); the ratio tables use MiB/s.
@@ -61,11 +61,11 @@ echo "crc32 in the kernel: $(awk '/^name/ { n = $3 } /^driver/ { d = $3 } /^refc
 
 # perftest SIZE: ib_write_bw at SIZE bytes with WINDOW writes outstanding;
 # its result line goes to $out/perftest. Under TCG ib_write_bw now and
-# then reports an average of 0.00 MB/s for a run that moved its data (9 of
-# 55 runs in one session's guests, at 1 MiB with -n 64 too, most when the
-# guest's CPUs were busy): such a sample is not a bandwidth, so it is
-# retried (up to 3 runs) and never enters the median, where it would drag
-# the reference, and the ratio, down.
+# then reports an average of 0.00 MB/s for a run that moved its data
+# (at any size and iteration count, most often when the guest's CPUs are
+# busy): such a sample is not a bandwidth, so it is retried (up to 3
+# runs) and never enters the median, where it would drag the reference,
+# and the ratio, down.
 port=18515
 perftest() {
 	local size=$1 n spid attempt line
@@ -104,7 +104,7 @@ perftest() {
 	done
 }
 
-# csvrun FILE CMD...: run a bench with --format csv, append its rows to FILE
+# csvrun FILE CMD...: runs one bench with --format csv, append its rows to FILE
 # and show them.
 csvrun() {
 	local f=$1

@@ -1,0 +1,174 @@
+package collectives
+
+import (
+	"math"
+
+	"github.com/sparcml/sparcml/quant"
+)
+
+// The choice among the sparse allreduce algorithms and the dense end of
+// the switch: the model's predictions (costmodel_sparse.go) decide, within
+// two thresholds, rdFitsSparse and denseUnionFraction, where the per-byte
+// charges are known to understate what an algorithm costs. Each threshold
+// names the scripts/perf.sh runs that justify it; their figures are in
+// docs/PERFORMANCE.md, "Sparse allreduce".
+
+// ChooseSparse returns the sparse allreduce algorithm predicted fastest,
+// each with the better of raw indices (PredictSparse) and packed ones
+// (PredictSparsePacked); ties go to the one with fewer messages. It depends only on its
+// arguments, which SparseAllreduce first makes identical on every rank,
+// so every rank chooses the same.
+func (m CostModel) ChooseSparse(p, dim, valueSize int, nnz []int) Algo {
+	return m.chooseSparse(p, dim, spWireFor(valueSize, quant.None), nnz)
+}
+
+func (m CostModel) chooseSparse(p, dim int, w spWire, nnz []int) Algo {
+	a, _, _ := m.chooseSparseWire(p, dim, w, nnz)
+	return a
+}
+
+// chooseSparseWire is chooseSparse over the pairs of an algorithm and a
+// wire (spWires: raw or packed indices with exact values), and returns
+// the pair with its predicted time.
+func (m CostModel) chooseSparseWire(p, dim int, w spWire, nnz []int) (Algo, spWire, float64) {
+	best, bestWire, bestTime := AlgoSSARSplitAllgather, w, math.Inf(1)
+	for _, a := range sparseAlgos {
+		if a == AlgoSSARRecursiveDoubling && !rdFitsSparse(dim, nnz) {
+			continue
+		}
+		for _, cw := range m.spWires(w) {
+			if t := spPredict(m, a, p, dim, cw, spUniform{nnz: nnz, dim: dim}, nil).Seconds; t < bestTime {
+				best, bestWire, bestTime = a, cw, t
+			}
+		}
+	}
+	return best, bestWire, bestTime
+}
+
+// spWires are the wires an exact call can use, raw indices first (ties
+// keep them): raw, and packed at m's index codec speed. A lossy wire
+// compresses its indices always and is the only candidate.
+func (m CostModel) spWires(w spWire) []spWire {
+	if w.lossy() {
+		return []spWire{w}
+	}
+	return []spWire{w, w.packedWith(m)}
+}
+
+// chooseWire is the faster of spWires for sparse algorithm a.
+func (m CostModel) chooseWire(a Algo, p, dim int, w spWire, nnz []int) spWire {
+	best, bestTime := w, math.Inf(1)
+	for _, cw := range m.spWires(w) {
+		if t := spPredict(m, a, p, dim, cw, spUniform{nnz: nnz, dim: dim}, nil).Seconds; t < bestTime {
+			best, bestTime = cw, t
+		}
+	}
+	return best
+}
+
+// ChooseSparseIndices returns how exact sparse algorithm a should send its
+// indices on p ranks for a dimension-dim vector of valueSize-byte values
+// when rank r brings nnz[r] entries: IndexPacked when the bytes packing
+// saves, at Beta per byte, outweigh the index codec's time (IndexCodec),
+// IndexRaw otherwise. It is SparseAllreduce's choice under IndexAuto.
+func (m CostModel) ChooseSparseIndices(a Algo, p, dim, valueSize int, nnz []int) IndexWire {
+	if m.chooseWire(a, p, dim, spWireFor(valueSize, quant.None), nnz).packed {
+		return IndexPacked
+	}
+	return IndexRaw
+}
+
+// rdFitsSparse says whether SSAR recursive doubling is worth considering:
+// its partial results grow towards the union of every rank's support and
+// each round merges them whole, so it only pays while all the entries
+// together stay a small part of the dimension (SparCML: P k c << n): every
+// rank encodes, merges and writes the whole growing partial each round,
+// where the split algorithms handle each range once. Past 1/32 of the
+// dimension that costs more than the model's per-byte charges say, so the
+// model is not asked. Benchmark: scripts/perf.sh forces every algorithm
+// on 4 ranks at 1% density per rank (4% together), where ssar-rd runs
+// well behind ssar-split.
+func rdFitsSparse(dim int, nnz []int) bool {
+	total := 0
+	for _, k := range nnz {
+		total += k
+	}
+	return total <= dim/32
+}
+
+// ChooseSparseOrDense is ChooseSparse with the dense allreduce of the
+// densified vectors as one more candidate: when the inputs are dense
+// enough that even the best sparse schedule (fill-in, merges, the switch
+// to dense on the way) costs more than moving the whole vector, it returns
+// the dense algorithm the model picks for dim values (AlgoRing,
+// AlgoRabenseifner or AlgoRecursiveDoubling).
+func (m CostModel) ChooseSparseOrDense(p, dim, valueSize int, nnz []int) Algo {
+	return m.chooseSparseOrDense(p, dim, spWireFor(valueSize, quant.None), nnz)
+}
+
+// ChooseSparseOrDenseQuant is ChooseSparseOrDense for values sent in
+// codec kind: the sparse candidates are priced at their encoded sizes
+// (AlgoSSARRecursiveDoubling excluded under a lossy kind), the dense end
+// at full precision, which is what SparseAllreduce runs there.
+func (m CostModel) ChooseSparseOrDenseQuant(p, dim, valueSize int, kind quant.Kind, nnz []int) Algo {
+	return m.chooseSparseOrDense(p, dim, spWireFor(valueSize, kind), nnz)
+}
+
+func (m CostModel) chooseSparseOrDense(p, dim int, w spWire, nnz []int) Algo {
+	sparseAlgo, _, sparseTime := m.chooseSparseWire(p, dim, w, nnz)
+	valueSize := w.s
+	bytes := dim * valueSize
+	denseAlgo := m.ChooseAllreduce(bytes, p)
+	denseTime := m.allreduceTime(denseAlgo, bytes, p) + float64(bytes)*m.Gamma // + densifying the input
+	if expectedUnion(dim, nnz) >= denseUnionFraction {
+		// Only the split schedules still compete. With exact values,
+		// DSAR alone: its result is dense by design and its last phase
+		// moves dense blocks in place, where the other sparse schedules
+		// would push nearly dense partial results through encode,
+		// decode and merges. With a lossy codec both split schedules,
+		// whose ranges travel quantized, a fraction of the exact dense
+		// vector the dense end moves.
+		cands := []Algo{AlgoDSAR}
+		if w.lossy() {
+			cands = append(cands, AlgoSSARSplitAllgather)
+		}
+		best, bestTime := denseAlgo, denseTime
+		for _, a := range cands {
+			for _, cw := range m.spWires(w) {
+				if t := spPredict(m, a, p, dim, cw, spUniform{nnz: nnz, dim: dim}, nil).Seconds; t < bestTime {
+					best, bestTime = a, t
+				}
+			}
+		}
+		return best
+	}
+	if denseTime < sparseTime {
+		return denseAlgo
+	}
+	return sparseAlgo
+}
+
+// denseUnionFraction: when the sum is expected to fill more than a quarter
+// of the dimension, only the dense allreduce and DSAR are considered. The
+// other sparse schedules then move nearly dense partial results through
+// encode, decode and merge passes that the dense algorithms do not have,
+// and lose to the dense allreduce by more than the model predicts; DSAR,
+// whose owners add into the dense output and whose allgather moves dense
+// blocks in place, beats it. Benchmarks: scripts/perf.sh forces every
+// algorithm on 8 ranks at 10% per rank (sparcml bench --op
+// sparse-allreduce --density 0.1 --algo A), and scripts/cpu-per-op.sh
+// counts the CPU each one costs.
+const denseUnionFraction = 0.25
+
+// expectedUnion is the expected fraction of the dimension covered by the
+// union of independent uniformly spread supports of nnz[r] entries.
+func expectedUnion(dim int, nnz []int) float64 {
+	if dim == 0 {
+		return 0
+	}
+	empty := 1.0
+	for _, k := range nnz {
+		empty *= 1 - math.Min(1, float64(k)/float64(dim))
+	}
+	return 1 - empty
+}

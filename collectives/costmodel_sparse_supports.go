@@ -1,0 +1,136 @@
+package collectives
+
+import (
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/sparcml/sparcml/quant"
+	"github.com/sparcml/sparcml/sparse"
+)
+
+// spSupports answers how many entries ranks hold where. The schedule of
+// each algorithm is written once against it and fed either an estimate
+// (from entry counts alone, for AlgoAuto) or the real supports (exact
+// bytes, for tests and benchmarks).
+type spSupports interface {
+	// count is the number of entries of rank r's input in [lo, hi).
+	count(r, lo, hi int) float64
+	// union is the number of distinct indices in [lo, hi) held by at least
+	// one of ranks.
+	union(ranks []int, lo, hi int) float64
+	// indexBytes is the size of the compressed index stream
+	// (quant.EncodeIndices, IndexAuto) of that union, rebased to lo.
+	indexBytes(ranks []int, lo, hi int) float64
+}
+
+// spUniform estimates with independent, uniformly spread supports: rank r
+// holds nnz[r]*(hi-lo)/dim entries of [lo, hi), and an index is in the
+// union unless every rank misses it.
+type spUniform struct {
+	nnz []int
+	dim int
+}
+
+func (u spUniform) count(r, lo, hi int) float64 {
+	if u.dim == 0 {
+		return 0
+	}
+	return float64(u.nnz[r]) * float64(hi-lo) / float64(u.dim)
+}
+
+func (u spUniform) union(ranks []int, lo, hi int) float64 {
+	if u.dim == 0 {
+		return 0
+	}
+	miss := 1.0
+	for _, r := range ranks {
+		miss *= 1 - float64(u.nnz[r])/float64(u.dim)
+	}
+	return float64(hi-lo) * (1 - miss)
+}
+
+func (u spUniform) indexBytes(ranks []int, lo, hi int) float64 {
+	return spIndexBytesEstimate(u.union(ranks, lo, hi), hi-lo)
+}
+
+// spIndexBytesEstimate is the expected size of the index stream of k
+// indices spread uniformly at random over n positions. The stored gaps
+// (distance minus one) are then close to independent geometric variables,
+// P(gap >= m) = (1-d)^m with d = k/n, which gives in closed form the
+// expected bytes of a varint gap (1 plus the chance of passing each 7-bit
+// boundary) and the expected bit width of a bit-packed block of 128 gaps
+// (the sum over j of P(largest gap >= 2^j)); the stream takes the
+// smaller of the two, as IndexAuto does.
+func spIndexBytesEstimate(k float64, n int) float64 {
+	if k < 0.5 || n <= 0 {
+		return 2 // method and a zero count
+	}
+	d := min(k/float64(n), 1)
+	tail := func(m float64) float64 { return math.Pow(1-d, m) }
+	header := float64(1 + spVarintLen(uint64(k)) + spVarintLen(uint64(float64(n)/(k+1))))
+	gaps := max(k-1, 0)
+	if gaps == 0 {
+		return header
+	}
+	varint := 1 + tail(1<<7) + tail(1<<14) + tail(1<<21) + tail(1<<28)
+	block := min(gaps, quant.IndexBlockSize)
+	width := 0.0
+	for j := range 32 {
+		width += 1 - math.Pow(1-tail(float64(uint64(1)<<j)), block)
+	}
+	bitpack := width/8 + 1/block // plus one width byte per block
+	return header + gaps*min(varint, bitpack)
+}
+
+// spVarintLen is the length of v as a LEB128 varint.
+func spVarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
+
+// spExact counts on the real supports (nil with dense[r] for a dense input).
+type spExact struct {
+	idx   [][]uint32
+	dense []bool
+}
+
+func (e spExact) count(r, lo, hi int) float64 {
+	if e.dense[r] {
+		return float64(hi - lo)
+	}
+	return float64(sparse.LowerBound(e.idx[r], hi) - sparse.LowerBound(e.idx[r], lo))
+}
+
+func (e spExact) union(ranks []int, lo, hi int) float64 {
+	var all []uint32
+	for _, r := range ranks {
+		if e.dense[r] {
+			return float64(hi - lo)
+		}
+		s := e.idx[r]
+		all = append(all, s[sparse.LowerBound(s, lo):sparse.LowerBound(s, hi)]...)
+	}
+	slices.Sort(all)
+	return float64(len(slices.Compact(all)))
+}
+
+func (e spExact) indexBytes(ranks []int, lo, hi int) float64 {
+	var all []uint32
+	for _, r := range ranks {
+		if e.dense[r] {
+			all = all[:0]
+			for i := lo; i < hi; i++ {
+				all = append(all, uint32(i-lo))
+			}
+			break
+		}
+		s := e.idx[r]
+		for _, x := range s[sparse.LowerBound(s, lo):sparse.LowerBound(s, hi)] {
+			all = append(all, x-uint32(lo))
+		}
+	}
+	slices.Sort(all)
+	n, err := quant.IndicesSize(slices.Compact(all), quant.IndexAuto)
+	if err != nil {
+		return math.Inf(1) // unsorted input: SparseAllreduce refuses it
+	}
+	return float64(n)
+}

@@ -1,0 +1,59 @@
+package sparcml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// statusTimeout bounds asking the store which ranks are missing, after
+// Init's own deadline has passed.
+const statusTimeout = time.Second
+
+// launchFailure turns an Init error into one that names the cause of a
+// broken launch. A failure the store saw (a wrong token, a size that
+// disagrees, a duplicate rank) says so, the same on every rank. A timeout
+// names the ranks that never reached the store; rank 0 then fails the
+// launch with that, so the ranks still waiting hear it at once rather
+// than at their own deadlines.
+func launchFailure(ctx context.Context, err error, rank int, store bootstrap.Store, initTimeout time.Duration) error {
+	var le *bootstrap.LaunchError
+	if errors.As(err, &le) || errors.As(context.Cause(ctx), &le) {
+		return fmt.Errorf("sparcml: rank %d: %w", rank, le)
+	}
+	if ctx.Err() == nil || store == nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	missing, lost, serr := bootstrap.LaunchStatus(sctx, store)
+	if serr != nil {
+		if errors.As(serr, &le) {
+			return fmt.Errorf("sparcml: rank %d: %w", rank, le)
+		}
+		return err
+	}
+	var cause string
+	switch {
+	case len(missing) > 0:
+		cause = fmt.Sprintf("%s never reached the rendezvous store within %s", transport.RankList(missing), initTimeoutName(initTimeout))
+	case len(lost) > 0:
+		// The ranks still up waited for what a dead one would never set.
+		cause = fmt.Sprintf("%s left the rendezvous store during Init without a goodbye (killed or crashed?)", transport.RankList(lost))
+	default:
+		return err
+	}
+	bootstrap.FailLaunch(store, cause)
+	return fmt.Errorf("sparcml: rank %d: %w (%v)", rank, &bootstrap.LaunchError{Cause: cause}, err)
+}
+
+func initTimeoutName(d time.Duration) string {
+	if d <= 0 {
+		return "the context's deadline"
+	}
+	return fmt.Sprintf("SPARCML_INIT_TIMEOUT (%v)", d)
+}

@@ -1,0 +1,50 @@
+package sparcml
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/transport"
+)
+
+// WithOnPeerLoss chooses what a lost rank does to the others, instead of
+// SPARCML_ON_PEER_LOSS: "abort" (the default) fails every operation on
+// every survivor and the communicator is done; "revoke" fails the
+// operations of every communicator the lost rank belonged to, with an
+// error naming it (Comm.FailedRanks), and keeps the connections among the
+// survivors, so that they can Shrink and go on. "revoke" needs the TCP
+// or the in-memory transport: under SPARCML_TRANSPORT=auto it picks TCP
+// for every peer, shared memory within a host included.
+func WithOnPeerLoss(mode string) Option {
+	return func(o *options) { o.onPeerLoss = mode }
+}
+
+// peerLossMode is WithOnPeerLoss's mode, else SPARCML_ON_PEER_LOSS's.
+func peerLossMode(o options, s *config.Settings) string {
+	if o.onPeerLoss != "" {
+		return strings.ToLower(o.onPeerLoss)
+	}
+	return s.OnPeerLoss
+}
+
+// setPeerLoss switches the job's transport to the per-peer failure model
+// when asked to.
+func (c *Comm) setPeerLoss(o options, s *config.Settings) error {
+	switch mode := peerLossMode(o, s); mode {
+	case "", "abort":
+		return nil
+	case "revoke":
+	default:
+		return fmt.Errorf("sparcml: %w: WithOnPeerLoss(%q): want abort or revoke", ErrInvalid, o.onPeerLoss)
+	}
+	sv, ok := c.t.(transport.Survivor)
+	if !ok {
+		return fmt.Errorf("sparcml: rank %d: %w: SPARCML_ON_PEER_LOSS=revoke needs the TCP or in-memory transport, not %s", c.Rank(), ErrInvalid, c.t.Name())
+	}
+	sv.Survive(c.world.peerLost)
+	c.world.mu.Lock()
+	c.world.perPeer = true
+	c.world.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,71 @@
+//go:build linux
+
+package shm
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+// fakeReader is a transport of rank 0 whose peer, rank 1, is a ring in
+// ordinary memory, for driving the ring reader with arbitrary bytes.
+func fakeReader(ring []byte) (*Transport, *peer) {
+	cfg, _ := Config{Rank: 0, Size: 2, Token: testToken, Peers: []int{0}, UnexpectedLimit: 1 << 16, MaxMessage: 1 << 20}.withDefaults()
+	t := &Transport{cfg: cfg, rank: 0, size: 2, m: transport.NewMatcher(0, cfg.UnexpectedLimit), peers: make([]*peer, 2),
+		failed: make(chan struct{}), parked: map[mkey]*rndvRecv{}, parkedOps: map[opKey][]mkey{}}
+	mem := make([]byte, inboxSize(1, len(ring)))
+	off := regionOffset(0, len(ring))
+	copy(mem[off+pageSize:], ring)
+	p := &peer{t: t, rank: 1, in: inRing{ringWords: ringAt(mem, off, len(ring))},
+		mySlots: mem[off+offSlots : off+offSlots+4*rndvSlots], theirSlots: mem[off+offSlots : off+offSlots+4*rndvSlots],
+		remoteSeq: word32(mem, offSeq), remoteAwake: word32(mem, offAwake), remoteClose: word32(mem, offClosed)}
+	*word32(mem, offAwake) = 1 // no futex wake for a fake peer
+	*p.in.head = uint64(len(ring))
+	t.peers[1], t.local = p, []*peer{p}
+	return t, p
+}
+
+// FuzzRingReader feeds arbitrary bytes to a ring's reader, with receives
+// posted for a few tags: it must neither panic nor read beyond what was
+// written, and it either reads frames or fails with a protocol error.
+func FuzzRingReader(f *testing.F) {
+	frame := func(h header, body []byte) []byte {
+		b := make([]byte, hdrSize+padded(uint64(len(body))))
+		encodeHeader(b, &h)
+		copy(b[hdrSize:], body)
+		return b
+	}
+	iov := make([]byte, iovSize)
+	encodeIovs(iov, []remoteBuf{{0x1000, 500}})
+	seed := append(frame(header{kind: frameData, tag: transport.Tag{Seq: 1}, length: 5}, []byte("hello")),
+		frame(header{kind: frameRndv, tag: transport.Tag{Seq: 2}, length: 500, iovs: 1, slot: 2, gen: 1}, iov)...)
+	seed = append(seed, frame(header{kind: frameFailOp, tag: transport.Tag{Seq: 3}, length: 2}, []byte("no"))...)
+	seed = append(seed, frame(header{kind: frameGoodbye}, nil)...)
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		size := minRingSize
+		if len(in) > size {
+			return
+		}
+		tr, p := fakeReader(append(in, make([]byte, size-len(in))...))
+		*p.in.head = uint64(len(in))
+		for seq := range uint64(4) {
+			tr.m.Post(1, transport.Tag{Seq: seq}, transport.Desc{}, make([]byte, 16))
+		}
+		var pulls []*pullJob
+		for range 3 {
+			_, err := tr.readRing(p, &pulls)
+			if err != nil {
+				if !errors.Is(err, transport.ErrProtocol) {
+					t.Fatalf("error %v is not a protocol error", err)
+				}
+				break
+			}
+		}
+		if p.in.pos > uint64(len(in)) {
+			t.Fatalf("read %d bytes of %d", p.in.pos, len(in))
+		}
+	})
+}

@@ -1,0 +1,119 @@
+package train
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sparcml/sparcml/train/data"
+)
+
+// Top-k at density 1 sends every entry at every step: with Deep Gradient
+// Compression's momentum-factor masking the velocity of what was sent is
+// cleared, so it is plain SGD with the dense allreduce, to float
+// tolerance. At 1% it still trains, sending a fraction of the bytes.
+func TestTopKFullDensityIsDense(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var trains, tests []*data.Set
+	for r := 0; r < 3; r++ {
+		trains = append(trains, denseShard(rng, 32, 12, 3))
+		tests = append(tests, denseShard(rng, 8, 12, 3))
+	}
+	cfg := Config{Model: "mlp", Hidden: []int{16, 8}, Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9}
+	cfg.Defaults()
+	plain := cfg
+	plain.Momentum = 0
+	dense := runLocal(t, plain, Variant{Reduce: "dense"}, trains, tests)
+	full := runLocal(t, cfg, Variant{Reduce: "topk", Density: 1}, trains, tests)
+	if d := maxRelDiff(full[0].Model.Params(), dense[0].Model.Params()); d > 1e-3 {
+		t.Fatalf("topk at density 1 differs from dense by %g (relative)", d)
+	}
+	sparse := runLocal(t, cfg, Variant{Reduce: "topk", Density: 0.01}, trains, tests)
+	if f := sparse[0].Final(); f.TestLoss >= sparse[0].Records[0].TestLoss || f.BytesSent*5 > dense[0].Final().BytesSent {
+		t.Fatalf("topk 1%%: %+v", f)
+	}
+}
+
+// Without momentum-factor masking the velocity outlives what was sent:
+// at density 1 top-k with momentum correction is momentum SGD with the
+// dense allreduce, to float tolerance.
+func TestTopKNoMaskFullDensityIsMomentumSGD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var trains, tests []*data.Set
+	for r := 0; r < 3; r++ {
+		trains = append(trains, denseShard(rng, 32, 12, 3))
+		tests = append(tests, denseShard(rng, 8, 12, 3))
+	}
+	cfg := Config{Model: "mlp", Hidden: []int{16, 8}, Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9}
+	cfg.Defaults()
+	dense := runLocal(t, cfg, Variant{Reduce: "dense"}, trains, tests)
+	full := runLocal(t, cfg, Variant{Reduce: "topk", Density: 1, NoMask: true}, trains, tests)
+	if d := maxRelDiff(full[0].Model.Params(), dense[0].Model.Params()); d > 1e-3 {
+		t.Fatalf("topk at density 1 without masking differs from momentum SGD by %g (relative)", d)
+	}
+	masked := runLocal(t, cfg, Variant{Reduce: "topk", Density: 1}, trains, tests)
+	if d := maxRelDiff(masked[0].Model.Params(), dense[0].Model.Params()); d < 1e-2 {
+		t.Fatalf("topk at density 1 with masking is within %g of momentum SGD: masking had no effect", d)
+	}
+}
+
+// Every variant's name parses back to the same variant; options of topk
+// are refused on the others.
+func TestParseVariant(t *testing.T) {
+	for _, s := range []string{"dense", "sparse", "topk:0.01", "topk:0.001+q4", "topk:0.05+fp16+noef", "topk:0.01+nomask", "topk:0.01+q4+nomask", "topk:0.01+layers", "topk:0.01+q4+nomask+layers"} {
+		v, err := ParseVariant(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if v.Name() != s {
+			t.Errorf("ParseVariant(%q).Name() = %q", s, v.Name())
+		}
+	}
+	if v, _ := ParseVariant("topk:1%+nomask"); !v.NoMask || v.Density != 0.01 {
+		t.Errorf("topk:1%%+nomask: %+v", v)
+	}
+	for _, s := range []string{"dense+nomask", "sparse+noef", "dense+layers", "topk:2", "topk+q5", "ring"} {
+		if _, err := ParseVariant(s); err == nil {
+			t.Errorf("ParseVariant(%q) accepted", s)
+		}
+	}
+}
+
+// With +layers every tensor sends its own top ceil(density*size) entries:
+// after one step of one rank at 1%, that many entries of each of the
+// mlp's six tensors have moved (192 and 128 weights: 2; the rest: 1),
+// where whole-model selection moves the top ceil(1% of 371) = 4
+// entries, wherever they are.
+func TestTopKPerLayerSelectsInEveryTensor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	trains := []*data.Set{denseShard(rng, 8, 12, 3)}
+	tests := []*data.Set{denseShard(rng, 8, 12, 3)}
+	cfg := Config{Model: "mlp", Hidden: []int{16, 8}, Epochs: 1, Batch: 8, LR: 0.05, Momentum: 0.9}
+	cfg.Defaults()
+	c := cfg
+	init, err := (&Job{Cfg: &c, Train: trains[0], Test: tests[0]}).NewModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := func(v Variant) (perTensor []int, total int) {
+		m := runLocal(t, cfg, v, trains, tests)[0].Model
+		for _, ts := range m.Tensors() {
+			n := 0
+			for i := ts.Offset; i < ts.Offset+ts.Size(); i++ {
+				if m.Params()[i] != init.Params()[i] {
+					n++
+				}
+			}
+			perTensor, total = append(perTensor, n), total+n
+		}
+		return perTensor, total
+	}
+	layers, _ := moved(Variant{Reduce: "topk", Density: 0.01, PerLayer: true})
+	want := []int{2, 1, 2, 1, 1, 1} // w0 12x16, b0 16, w1 16x8, b1 8, w2 8x3, b2 3
+	if fmt.Sprint(layers) != fmt.Sprint(want) {
+		t.Errorf("per-layer selection moved %v entries of the tensors, want %v", layers, want)
+	}
+	if _, total := moved(Variant{Reduce: "topk", Density: 0.01}); total != 4 {
+		t.Errorf("whole-model selection moved %d entries, want 4", total)
+	}
+}
