@@ -66,13 +66,14 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	ctx, cancelInit := context.WithCancelCause(ctx)
 	defer cancelInit(nil)
-	stopWatch := bootstrap.OnLaunchFailure(store, func(le *bootstrap.LaunchError) { cancelInit(le) })
+	stopWatch := bootstrap.OnLaunchFailure(store, cancelInit)
 	topo := oneHost(env.Size)
 	if env.Size > 1 {
 		hosts, err := bootstrap.ExchangeHosts(ctx, store, env.Rank, env.Size, bootstrap.HostKey())
 		if err != nil {
 			stopWatch()
 			err = launchFailure(ctx, fmt.Errorf("sparcml: rank %d: %w", env.Rank, err), env.Rank, store, initTimeout)
+			bootstrap.ReportInitFailure(store, err)
 			store.Close()
 			return nil, err
 		}
@@ -83,6 +84,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		err = launchFailure(ctx, err, env.Rank, store, initTimeout)
 		if store != nil {
+			bootstrap.ReportInitFailure(store, err)
 			store.Close()
 		}
 		return nil, err

@@ -28,6 +28,11 @@ func launchFailure(ctx context.Context, err error, rank int, store bootstrap.Sto
 	if ctx.Err() == nil || store == nil {
 		return err
 	}
+	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		// The store went away under Init (OnLaunchFailure): rank 0 is
+		// gone, which is the cause, whatever Init was waiting for.
+		return fmt.Errorf("sparcml: rank %d: %w (%v)", rank, cause, err)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	missing, lost, serr := bootstrap.LaunchStatus(sctx, store)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 )
 
@@ -59,6 +60,11 @@ func Authenticate(conn net.Conn, token []byte, client bool, deadline time.Time) 
 			return fmt.Errorf("auth: send proof: %w", err)
 		}
 		if _, err := io.ReadFull(conn, got); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// Silence is not a refusal: on a lossy link the
+				// retransmissions can outlast the deadline.
+				return fmt.Errorf("auth: no proof from the server before the handshake deadline: %w", err)
+			}
 			return fmt.Errorf("%w: server closed the connection (wrong token?): %v", ErrAuth, err)
 		}
 		if !hmac.Equal(got, want) {

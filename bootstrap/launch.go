@@ -230,10 +230,12 @@ func asLaunchError(err error) (*LaunchError, bool) {
 	return le, ok
 }
 
-// OnLaunchFailure calls f, once, if the store fails the launch before
-// stop is called; Init cancels itself with it, since a rank may be
-// waiting on its transport's connections rather than on the store.
-func OnLaunchFailure(st Store, f func(*LaunchError)) (stop func()) {
+// OnLaunchFailure calls f, once, if the store fails the launch or the
+// connection to it is lost before stop is called; Init cancels itself
+// with the error (a *LaunchError, or the lost store), since a rank may be
+// waiting on its transport's connections rather than on the store, and a
+// job whose rank 0 is gone cannot start.
+func OnLaunchFailure(st Store, f func(error)) (stop func()) {
 	c, ok := st.(*client)
 	if !ok {
 		return func() {}
@@ -242,8 +244,8 @@ func OnLaunchFailure(st Store, f func(*LaunchError)) (stop func()) {
 	go func() {
 		select {
 		case <-c.readerDone:
-			if le, ok := asLaunchError(c.stickyErr()); ok {
-				f(le)
+			if err := c.stickyErr(); err != nil && !errors.Is(err, ErrStoreClosed) {
+				f(err)
 			}
 		case <-quit:
 		}
@@ -251,6 +253,31 @@ func OnLaunchFailure(st Store, f func(*LaunchError)) (stop func()) {
 	var once sync.Once
 	return func() { once.Do(func() { close(quit) }) }
 }
+
+// ReportInitFailure tells rank 0's store that this rank's Init failed
+// with err. The store then fails the launch naming this rank and err, so
+// the ranks still in Init fail at once instead of waiting for
+// SPARCML_INIT_TIMEOUT on connections this rank will never make. A
+// failure that came from the store (a *LaunchError) is not reported back.
+func ReportInitFailure(st Store, err error) {
+	c, ok := st.(*client)
+	if !ok {
+		return
+	}
+	if _, fromStore := asLaunchError(err); fromStore {
+		return
+	}
+	cause := err.Error()
+	if len(cause) > maxAbortLen {
+		cause = cause[:maxAbortLen] + "..."
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.send(ctx, frame{op: opAbort, value: []byte(cause)})
+}
+
+// maxAbortLen bounds the cause a rank reports, which every rank repeats.
+const maxAbortLen = 1024
 
 // ShortenClose makes rank 0's Close wait at most faultCloseWait for the
 // other ranks, for a job that failed: a rank that is stopped or hung

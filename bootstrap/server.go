@@ -354,6 +354,8 @@ func (s *server) dispatch(c *serverConn, f frame) error {
 		return s.setProgress(c, f.value)
 	case opProgressQuery:
 		s.queryProgress(c, f.id)
+	case opAbort:
+		s.failLaunch(fmt.Sprintf("rank %d failed Init: %s", c.rank, f.value))
 	case opBye:
 		c.saidBye = true
 		s.mu.Lock()

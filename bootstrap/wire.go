@@ -31,7 +31,7 @@ const (
 
 const (
 	frameHeaderLen  = 11
-	protocolVersion = 3
+	protocolVersion = 4
 	helloLen        = 2 + 4 + 4
 )
 
@@ -47,6 +47,9 @@ const (
 	opProgress byte = 7
 	// opProgressQuery: reply value, every rank's record (progress.go).
 	opProgressQuery byte = 8
+	// opAbort: value, why this rank's Init failed; the store fails the
+	// launch with it (launch.go). No reply.
+	opAbort byte = 9
 
 	opOK    byte = 0x81
 	opValue byte = 0x82 // value
@@ -67,7 +70,7 @@ type frame struct {
 
 func knownOp(op byte) bool {
 	switch op {
-	case opHello, opSet, opGet, opCancel, opBye, opStatus, opProgress, opProgressQuery, opOK, opValue, opErr, opFault:
+	case opHello, opSet, opGet, opCancel, opBye, opStatus, opProgress, opProgressQuery, opAbort, opOK, opValue, opErr, opFault:
 		return true
 	}
 	return false
@@ -97,6 +100,8 @@ func opName(op byte) string {
 		return "progress"
 	case opProgressQuery:
 		return "progress query"
+	case opAbort:
+		return "abort"
 	case opFault:
 		return "fault"
 	}

@@ -15,9 +15,15 @@ import (
 	"github.com/sparcml/sparcml/transport"
 )
 
-// handshakeTimeout bounds one connection's authentication and hello, so a
-// stranger that connects and stays silent cannot hold a slot for long.
-const handshakeTimeout = 10 * time.Second
+// handshakeTimeout bounds one connection's authentication and hello when
+// the set-up has no deadline of its own. With one, the handshake may take
+// all of it: on a lossy link a lost SYN makes Linux start the connection's
+// retransmission timeout at 3 s and double it, so a few lost segments
+// outlast any short bound (test/cluster TestFaultPacketLoss), and a rank
+// that gave up would fail the whole launch. A silent stranger holds no
+// slot (slots are claimed after the hello), only its goroutine, which the
+// end of the set-up closes.
+const handshakeTimeout = time.Minute
 
 // addrKey is the store key under which rank publishes its listen address.
 func addrKey(rank int) string { return "tcp/addr/" + strconv.Itoa(rank) }
@@ -317,14 +323,13 @@ func (m *mesh) closeAll() {
 	}
 }
 
-// handshakeDeadline is the earlier of ctx's deadline and handshakeTimeout
-// from now.
+// handshakeDeadline is ctx's deadline, or handshakeTimeout from now if it
+// has none.
 func handshakeDeadline(ctx context.Context) time.Time {
-	d := time.Now().Add(handshakeTimeout)
-	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-		return cd
+	if d, ok := ctx.Deadline(); ok {
+		return d
 	}
-	return d
+	return time.Now().Add(handshakeTimeout)
 }
 
 func writeHello(nc net.Conn, h hello, deadline time.Time) error {

@@ -38,9 +38,9 @@ func (j *job) exitTimes(t *testing.T, timeout time.Duration) ([]time.Time, []err
 	return times, errs
 }
 
-// A broken launch ends every live rank within 5 s of the store seeing it,
-// with the cause in rank 0's error, although SPARCML_INIT_TIMEOUT is a
-// minute. The bad process is the last one started; the bound runs from
+// A broken launch ends every live rank within 5 s of the store seeing it
+// (or of the bad rank reporting its failed Init), with the cause in rank
+// 0's error, although SPARCML_INIT_TIMEOUT is a minute. The bad process is the last one started; the bound runs from
 // its exit (it fails as soon as the store refuses it).
 func TestBrokenLaunchFailsFast(t *testing.T) {
 	const initTimeout = "SPARCML_INIT_TIMEOUT=60s"
@@ -49,17 +49,21 @@ func TestBrokenLaunchFailsFast(t *testing.T) {
 		ranks []int    // the rank of each process; the last is the bad one
 		bad   []string // its environment
 		cause string   // in rank 0's error
+		all   []string // every rank's environment
 	}{
-		{"wrong-token", []int{0, 2, 1}, []string{"SPARCML_TOKEN=a-wrong-token"}, "rank 1 presented a wrong token"},
-		{"size-mismatch", []int{0, 2, 1}, []string{"SPARCML_SIZE=4"}, "rank 1 says the job has 4 ranks, rank 0 has 3"},
-		{"duplicate-rank", []int{0, 1, 1}, nil, "rank 1 is already connected"},
+		{"wrong-token", []int{0, 2, 1}, []string{"SPARCML_TOKEN=a-wrong-token"}, "rank 1 presented a wrong token", nil},
+		{"size-mismatch", []int{0, 2, 1}, []string{"SPARCML_SIZE=4"}, "rank 1 says the job has 4 ranks, rank 0 has 3", nil},
+		{"duplicate-rank", []int{0, 1, 1}, nil, "rank 1 is already connected", nil},
+		// Past the store, rank 1's TCP set-up fails (no such interface):
+		// the ranks waiting on its connections hear why from the store.
+		{"set-up-fails", []int{0, 2, 1}, []string{"SPARCML_IFNAME=nosuchif0"}, "rank 1 failed Init: ", []string{"SPARCML_TRANSPORT=tcp"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const p = 3
 			j := &job{addr: freeAddr(t)}
 			last := len(tc.ranks) - 1
 			for i, r := range tc.ranks {
-				extra := []string{initTimeout}
+				extra := append([]string{initTimeout}, tc.all...)
 				if i == last {
 					extra = append(extra, tc.bad...)
 					time.Sleep(300 * time.Millisecond) // the others are up

@@ -1,0 +1,102 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// watchLaunch starts OnLaunchFailure on st and returns the channel its
+// callback sends to.
+func watchLaunch(t *testing.T, st Store) <-chan error {
+	t.Helper()
+	got := make(chan error, 1)
+	stop := OnLaunchFailure(st, func(err error) { got <- err })
+	t.Cleanup(stop)
+	return got
+}
+
+func waitLaunch(t *testing.T, got <-chan error, who string) error {
+	t.Helper()
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: OnLaunchFailure did not fire within 5 s", who)
+		return nil
+	}
+}
+
+// A rank whose Init fails reports it; every other rank's watch fires at
+// once with a LaunchError naming that rank and its error.
+func TestReportInitFailureFailsTheLaunch(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	addr := freeAddr(t)
+	zero := mustConnect(t, ctx, testEnv(addr, 0, 3, "tok"), &logs)
+	zero.(*client).closeWait = 200 * time.Millisecond
+	defer zero.Close()
+	one := mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)
+	defer one.Close()
+	two := mustDial(t, ctx, testEnv(addr, 2, 3, "tok"), &logs)
+	watchZero, watchOne := watchLaunch(t, zero), watchLaunch(t, one)
+
+	ReportInitFailure(two, errors.New("tcp: connect to rank 1: no route"))
+	two.Close()
+	for who, got := range map[string]<-chan error{"rank 0": watchZero, "rank 1": watchOne} {
+		err := waitLaunch(t, got, who)
+		var le *LaunchError
+		require.ErrorAs(t, err, &le, who)
+		assert.Equal(t, "rank 2 failed Init: tcp: connect to rank 1: no route", le.Cause, who)
+	}
+}
+
+// A failure the store itself announced is not reported back as a new
+// cause: the first cause stays the one every rank sees.
+func TestReportInitFailureKeepsTheStoresCause(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	addr := freeAddr(t)
+	zero := mustConnect(t, ctx, testEnv(addr, 0, 3, "tok"), &logs)
+	zero.(*client).closeWait = 200 * time.Millisecond
+	defer zero.Close()
+	one := mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)
+	defer one.Close()
+	watchOne := watchLaunch(t, one)
+	ReportInitFailure(one, fmt.Errorf("sparcml: rank 1: %w", &LaunchError{Cause: "rank 2 presented a wrong token"}))
+	FailLaunch(zero, "the first cause")
+	err := waitLaunch(t, watchOne, "rank 1")
+	var le *LaunchError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, "the first cause", le.Cause)
+}
+
+// When rank 0's store goes away during Init, the other ranks' watches
+// fire with the lost store; a store closed by its own rank does not fire.
+func TestOnLaunchFailureLostStore(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	addr := freeAddr(t)
+	zero := mustConnect(t, ctx, testEnv(addr, 0, 3, "tok"), &logs)
+	one := mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)
+	watchOne := watchLaunch(t, one)
+	two := mustDial(t, ctx, testEnv(addr, 2, 3, "tok"), &logs)
+	watchTwo := watchLaunch(t, two)
+
+	require.NoError(t, two.Close())
+	zero.(*client).srv.stop() // as when rank 0's process dies
+	err := waitLaunch(t, watchOne, "rank 1")
+	assert.ErrorIs(t, err, errStoreLost)
+	assert.Contains(t, err.Error(), "rank 0's rendezvous store")
+	select {
+	case err := <-watchTwo:
+		t.Errorf("rank 2 closed its own store, yet its watch fired: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	one.Close()
+	zero.Close()
+}
