@@ -142,10 +142,37 @@ func (t *Transport) peerClosed(p *peer, err error) {
 			t.unparkLocked(k) // the peer withdrew it before its goodbye
 		}
 	}
+	withdrawn := p.withdrawn
+	p.withdrawn = nil
 	t.mu.Unlock()
+	for _, c := range withdrawn {
+		c.Fail(err)
+	}
 	t.cfg.Logf("shm: %v", err)
 	p.failSends(err, true)
 	t.completed()
+}
+
+// failWithdrawn fails a receive whose sender withdrew its single-copy
+// offer. A sender withdraws when it fails or closes, and its goodbye (or
+// its death) follows, saying why: the receive fails with that, so that
+// its error leads to the cause (a rank that failed because a third one
+// died names that one), not with the bare withdrawal. If the peer's
+// goodbye or this transport's failure came first, it fails at once.
+// After this transport fails, the matcher's Abort fails it.
+func (t *Transport) failWithdrawn(p *peer, c transport.Claimed) {
+	t.mu.Lock()
+	why := p.gone
+	if why == nil {
+		why = t.err
+	}
+	if why == nil {
+		p.withdrawn = append(p.withdrawn, c)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	c.Fail(why)
 }
 
 // hangUp tells every peer at once, over its socket, that this rank is

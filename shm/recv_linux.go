@@ -280,7 +280,7 @@ func (t *Transport) pull(j *pullJob) {
 	w := rr.slotWord()
 	if !atomic.CompareAndSwapUint32(w, slotWord(g, slotOffered), slotWord(g, slotPulling)) {
 		t.exitFill()
-		j.c.Fail(t.lostError(p.rank, "rank %d withdrew its message (%v) before rank %d read it: it closed or failed", p.rank, rr.hdr.tag, t.rank))
+		t.failWithdrawn(p, j.c)
 		return
 	}
 	err := pullFrom(p.pid, j.c.Dst(), rr.bufs)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -195,6 +196,34 @@ func TestWithdrawAfterRead(t *testing.T) {
 	if err := unread.Wait(ctx); !errors.Is(err, cause) {
 		t.Errorf("a send not read when the sender withdrew its offers: %v, want the cause", err)
 	}
+}
+
+// TestWithdrawnSendNamesTheCause: a receive whose single-copy offer the
+// sender withdrew, because it failed, fails with the cause the sender's
+// goodbye carries (as a rank that failed because a third one died must
+// name that one), not with the bare withdrawal.
+func TestWithdrawnSendNamesTheCause(t *testing.T) {
+	ts := startJob(t, 2, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	tag := transport.Tag{Comm: 1, Seq: 1}
+	ts[0].pollMu.Lock() // rank 0 reads nothing until rank 1 has withdrawn
+	unread := ts[1].Send(0, tag, testDesc, payload(1, 0, 1<<20))
+	cause := errors.New("rank 7 stopped on purpose")
+	ts[1].fail(cause, nil)
+	closed := make(chan error, 1)
+	go func() { closed <- ts[1].Close() }()
+	r := ts[0].Recv(1, tag, testDesc, nil)
+	time.Sleep(50 * time.Millisecond) // rank 1's goodbye is on its way
+	ts[0].pollMu.Unlock()
+	err := r.Wait(ctx)
+	if err == nil || !strings.Contains(err.Error(), cause.Error()) {
+		t.Errorf("the receive of a withdrawn send: %v, want the sender's cause %q", err, cause)
+	}
+	if err := unread.Wait(ctx); !errors.Is(err, cause) {
+		t.Errorf("the withdrawn send: %v, want the cause", err)
+	}
+	<-closed
 }
 
 // TestActivePeersNoWakeups: while both ranks poll (waiters spinning), a

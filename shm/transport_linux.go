@@ -336,8 +336,9 @@ type peer struct {
 	inFlight atomic.Int32 // slots in use
 	queued   atomic.Bool  // the queue is not empty
 
-	gone        error       // under t.mu: the peer closed (its goodbye was read)
-	dead        atomic.Bool // the peer was lost
-	writerGone  atomic.Bool // the peer closed with no goodbye in the ring: its head moves no more
-	byeReceived atomic.Bool // the ring's goodbye was read
+	gone        error               // under t.mu: the peer closed (its goodbye was read)
+	withdrawn   []transport.Claimed // under t.mu: receives whose offer the peer withdrew, failed with its goodbye (failWithdrawn)
+	dead        atomic.Bool         // the peer was lost
+	writerGone  atomic.Bool         // the peer closed with no goodbye in the ring: its head moves no more
+	byeReceived atomic.Bool         // the ring's goodbye was read
 }
