@@ -20,6 +20,27 @@ func watchLaunch(t *testing.T, st Store) <-chan error {
 	return got
 }
 
+// launchStores connects rank 0's store and ranks 1..size-1 to it; they
+// are closed at the end of the test.
+func launchStores(t *testing.T, size int) []Store {
+	t.Helper()
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	addr := freeAddr(t)
+	zero := mustConnect(t, ctx, testEnv(addr, 0, size, "tok"), &logs)
+	zero.(*client).closeWait = 200 * time.Millisecond
+	stores := []Store{zero}
+	for r := 1; r < size; r++ {
+		stores = append(stores, mustDial(t, ctx, testEnv(addr, r, size, "tok"), &logs))
+	}
+	t.Cleanup(func() {
+		for i := len(stores) - 1; i >= 0; i-- {
+			stores[i].Close()
+		}
+	})
+	return stores
+}
+
 func waitLaunch(t *testing.T, got <-chan error, who string) error {
 	t.Helper()
 	select {
@@ -34,15 +55,8 @@ func waitLaunch(t *testing.T, got <-chan error, who string) error {
 // A rank whose Init fails reports it; every other rank's watch fires at
 // once with a LaunchError naming that rank and its error.
 func TestReportInitFailureFailsTheLaunch(t *testing.T) {
-	ctx := testContext(t, 20*time.Second)
-	var logs logBuffer
-	addr := freeAddr(t)
-	zero := mustConnect(t, ctx, testEnv(addr, 0, 3, "tok"), &logs)
-	zero.(*client).closeWait = 200 * time.Millisecond
-	defer zero.Close()
-	one := mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)
-	defer one.Close()
-	two := mustDial(t, ctx, testEnv(addr, 2, 3, "tok"), &logs)
+	st := launchStores(t, 3)
+	zero, one, two := st[0], st[1], st[2]
 	watchZero, watchOne := watchLaunch(t, zero), watchLaunch(t, one)
 
 	ReportInitFailure(two, errors.New("tcp: connect to rank 1: no route"))
@@ -58,14 +72,8 @@ func TestReportInitFailureFailsTheLaunch(t *testing.T) {
 // A failure the store itself announced is not reported back as a new
 // cause: the first cause stays the one every rank sees.
 func TestReportInitFailureKeepsTheStoresCause(t *testing.T) {
-	ctx := testContext(t, 20*time.Second)
-	var logs logBuffer
-	addr := freeAddr(t)
-	zero := mustConnect(t, ctx, testEnv(addr, 0, 3, "tok"), &logs)
-	zero.(*client).closeWait = 200 * time.Millisecond
-	defer zero.Close()
-	one := mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)
-	defer one.Close()
+	st := launchStores(t, 3)
+	zero, one := st[0], st[1]
 	watchOne := watchLaunch(t, one)
 	ReportInitFailure(one, fmt.Errorf("sparcml: rank 1: %w", &LaunchError{Cause: "rank 2 presented a wrong token"}))
 	FailLaunch(zero, "the first cause")
@@ -78,14 +86,9 @@ func TestReportInitFailureKeepsTheStoresCause(t *testing.T) {
 // When rank 0's store goes away during Init, the other ranks' watches
 // fire with the lost store; a store closed by its own rank does not fire.
 func TestOnLaunchFailureLostStore(t *testing.T) {
-	ctx := testContext(t, 20*time.Second)
-	var logs logBuffer
-	addr := freeAddr(t)
-	zero := mustConnect(t, ctx, testEnv(addr, 0, 3, "tok"), &logs)
-	one := mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)
-	watchOne := watchLaunch(t, one)
-	two := mustDial(t, ctx, testEnv(addr, 2, 3, "tok"), &logs)
-	watchTwo := watchLaunch(t, two)
+	st := launchStores(t, 3)
+	zero, one, two := st[0], st[1], st[2]
+	watchOne, watchTwo := watchLaunch(t, one), watchLaunch(t, two)
 
 	require.NoError(t, two.Close())
 	zero.(*client).srv.stop() // as when rank 0's process dies
@@ -97,6 +100,4 @@ func TestOnLaunchFailureLostStore(t *testing.T) {
 		t.Errorf("rank 2 closed its own store, yet its watch fired: %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	one.Close()
-	zero.Close()
 }
