@@ -78,14 +78,7 @@ func (w *Workers) MulNN(m, n, k int, a, b, c []float32) {
 	w.split(m, k, func(lo, hi int, pack []float32) {
 		for i := lo; i < hi; i += 2 {
 			two := i+1 < hi
-			r0 := a[i*k : i*k+k]
-			r1 := r0
-			if two {
-				r1 = a[(i+1)*k : (i+1)*k+k]
-			}
-			for p := range k {
-				pack[2*p], pack[2*p+1] = r0[p], r1[p]
-			}
+			packRowPair(a, k, i, two, pack)
 			panelNN(n, k, pack, b, c, i, two)
 		}
 	})
@@ -123,17 +116,23 @@ func (w *Workers) MulNT(m, n, k int, a, b, c []float32) {
 	w.split(m, k, func(lo, hi int, pack []float32) {
 		for i := lo; i < hi; i += 2 {
 			two := i+1 < hi
-			r0 := a[i*k : i*k+k]
-			r1 := r0
-			if two {
-				r1 = a[(i+1)*k : (i+1)*k+k]
-			}
-			for p := range k {
-				pack[2*p], pack[2*p+1] = r0[p], r1[p]
-			}
+			packRowPair(a, k, i, two, pack)
 			panelNT(n, k, pack, b, c, i, two)
 		}
 	})
+}
+
+// packRowPair interleaves rows i and i+1 (row i twice when !two) of the
+// row-major matrix a, k columns wide, into pack.
+func packRowPair(a []float32, k, i int, two bool, pack []float32) {
+	r0 := a[i*k : i*k+k]
+	r1 := r0
+	if two {
+		r1 = a[(i+1)*k : (i+1)*k+k]
+	}
+	for p := range k {
+		pack[2*p], pack[2*p+1] = r0[p], r1[p]
+	}
 }
 
 // panelNN adds rows i and i+1 (only i when !two) of pack·B to C; pack
