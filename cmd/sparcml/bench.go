@@ -12,7 +12,6 @@ import (
 
 	"github.com/sparcml/sparcml"
 	"github.com/sparcml/sparcml/internal/config"
-	"github.com/sparcml/sparcml/internal/launch"
 )
 
 const benchUsage = `usage: sparcml bench [-n N] [--op OP] [--sizes MIN:MAX | --bytes MIN:MAX] [flags]
@@ -44,42 +43,9 @@ func benchCmd(args []string) error {
 		cfg.progress = isTerminal(os.Stderr)
 	}
 	if cfg.n > 0 {
-		return relaunch(cfg, env.Token)
+		return relaunchSelf(relaunchJob{sub: "bench", args: cfg.args, n: cfg.n, progress: cfg.progress, bindTo: cfg.bindTo, token: env.Token})
 	}
 	return runBench(cfg, env)
-}
-
-// relaunch starts N local ranks of this same binary running the same
-// benchmark without -n, with the job token given (a fresh one if empty).
-func relaunch(cfg *benchConfig, token string) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	var args []string
-	skip := false
-	for _, a := range cfg.args {
-		switch {
-		case skip:
-			skip = false
-		case a == "-n" || a == "--n":
-			skip = true
-		case strings.HasPrefix(a, "-n=") || strings.HasPrefix(a, "--n="):
-		default:
-			args = append(args, a)
-		}
-	}
-	// The ranks' stderr is a pipe to the launcher: decide for them.
-	env := []string{"SPARCML_PROGRESS=0"}
-	if cfg.progress {
-		env = []string{"SPARCML_PROGRESS=1"}
-	}
-	bind, _ := parseBindTo(cfg.bindTo) // checked when parsing
-	return launch.Run(context.Background(), launch.Config{
-		N: cfg.n, Program: self, Args: append([]string{"bench"}, args...),
-		Env: env, Stdout: os.Stdout, Stderr: os.Stderr, Prefix: false,
-		BindCores: bind, Token: token,
-	})
 }
 
 func runBench(cfg *benchConfig, env *config.Settings) error {

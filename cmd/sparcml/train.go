@@ -196,7 +196,7 @@ func trainCmd(args []string) error {
 		f.progress = isTerminal(os.Stderr)
 	}
 	if f.n > 0 {
-		return relaunchTrain(f, env.Token)
+		return relaunchSelf(relaunchJob{sub: "train", args: f.args, n: f.n, progress: f.progress, bindTo: f.bindTo, token: env.Token, keepGoing: f.cfg.OnFailure == "shrink"})
 	}
 	if f.cfg.Threads == 0 {
 		f.cfg.Threads = defaultThreads(env.LocalSize)
@@ -325,37 +325,4 @@ func saveModels(f *trainFlags, results []*train.Result, out *train.Reporter) err
 		out.Note("model saved to %s (%s)", path, train.InputNote(f.cfg.Data))
 	}
 	return nil
-}
-
-// relaunchTrain starts N local ranks of this binary running the same
-// training without -n, with the job token given (a fresh one if empty).
-func relaunchTrain(f *trainFlags, token string) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	var args []string
-	skip := false
-	for _, a := range f.args {
-		switch {
-		case skip:
-			skip = false
-		case a == "-n" || a == "--n":
-			skip = true
-		case strings.HasPrefix(a, "-n=") || strings.HasPrefix(a, "--n="):
-		default:
-			args = append(args, a)
-		}
-	}
-	// The ranks' stderr is a pipe to the launcher: decide for them.
-	env := []string{"SPARCML_PROGRESS=0"}
-	if f.progress {
-		env = []string{"SPARCML_PROGRESS=1"}
-	}
-	bind, _ := parseBindTo(f.bindTo) // checked when parsing
-	return launch.Run(context.Background(), launch.Config{
-		N: f.n, Program: self, Args: append([]string{"train"}, args...),
-		Env: env, Stdout: os.Stdout, Stderr: os.Stderr, BindCores: bind, Token: token,
-		KeepGoing: f.cfg.OnFailure == "shrink",
-	})
 }
