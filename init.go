@@ -73,7 +73,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		if err != nil {
 			stopWatch()
 			err = launchFailure(ctx, fmt.Errorf("sparcml: rank %d: %w", env.Rank, err), env.Rank, store, initTimeout)
-			bootstrap.ReportInitFailure(store, err)
+			err = reportInitFailure(store, err, env.Rank)
 			store.Close()
 			return nil, err
 		}
@@ -84,7 +84,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		err = launchFailure(ctx, err, env.Rank, store, initTimeout)
 		if store != nil {
-			bootstrap.ReportInitFailure(store, err)
+			err = reportInitFailure(store, err, env.Rank)
 			store.Close()
 		}
 		return nil, err

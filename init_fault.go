@@ -56,6 +56,17 @@ func launchFailure(ctx context.Context, err error, rank int, store bootstrap.Sto
 	return fmt.Errorf("sparcml: rank %d: %w (%v)", rank, &bootstrap.LaunchError{Cause: cause}, err)
 }
 
+// reportInitFailure tells the store that this rank's Init failed with
+// err and returns the error to give the caller: err, or, if the launch
+// had already failed, that first cause with err after it. A rank whose
+// connection to a leaving rank broke must not look like the root cause.
+func reportInitFailure(store bootstrap.Store, err error, rank int) error {
+	if le := bootstrap.ReportInitFailure(store, err); le != nil {
+		return fmt.Errorf("sparcml: rank %d: %w (%v)", rank, le, err)
+	}
+	return err
+}
+
 func initTimeoutName(d time.Duration) string {
 	if d <= 0 {
 		return "the context's deadline"

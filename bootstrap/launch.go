@@ -93,8 +93,9 @@ func (s *server) launchIncompleteLocked() bool {
 }
 
 // failLaunch records cause as the launch's failure (the first one wins)
-// and tells every connected rank. It returns the recorded cause.
-func (s *server) failLaunch(cause string) string {
+// and tells every connected rank but except (nil for none). It returns
+// the recorded cause.
+func (s *server) failLaunch(cause string, except *serverConn) string {
 	s.mu.Lock()
 	if s.fault != "" {
 		defer s.mu.Unlock()
@@ -103,7 +104,7 @@ func (s *server) failLaunch(cause string) string {
 	s.fault = cause
 	conns := make([]*serverConn, 0, len(s.ranks))
 	for _, c := range s.ranks {
-		if c != nil {
+		if c != nil && c != except {
 			conns = append(conns, c)
 		}
 	}
@@ -145,7 +146,7 @@ func (s *server) wrongToken(rank uint32) {
 	still := s.state[rank] == rankUnseen && !s.stopping
 	s.mu.Unlock()
 	if still {
-		s.failLaunch(fmt.Sprintf("rank %d presented a wrong token (its SPARCML_TOKEN differs from rank 0's)", rank))
+		s.failLaunch(fmt.Sprintf("rank %d presented a wrong token (its SPARCML_TOKEN differs from rank 0's)", rank), nil)
 	}
 }
 
@@ -181,7 +182,7 @@ func LaunchStatus(ctx context.Context, st Store) (missing, lost []int, err error
 // briefly. It does nothing on other ranks' stores.
 func FailLaunch(st Store, cause string) {
 	if c, ok := st.(*client); ok && c.srv != nil {
-		c.srv.failLaunch(cause)
+		c.srv.failLaunch(cause, nil)
 	}
 }
 
@@ -257,15 +258,21 @@ func OnLaunchFailure(st Store, f func(error)) (stop func()) {
 // ReportInitFailure tells rank 0's store that this rank's Init failed
 // with err. The store then fails the launch naming this rank and err, so
 // the ranks still in Init fail at once instead of waiting for
-// SPARCML_INIT_TIMEOUT on connections this rank will never make. A
-// failure that came from the store (a *LaunchError) is not reported back.
-func ReportInitFailure(st Store, err error) {
+// SPARCML_INIT_TIMEOUT on connections this rank will never make.
+//
+// If the launch had already failed, its first cause is returned as a
+// *LaunchError: this rank's error is then most likely a consequence (a
+// connection to a rank that was already leaving), and the caller names
+// that cause instead. It returns nil when this rank's report became the
+// cause, when err itself came from the store, or when the store cannot
+// be reached within a second.
+func ReportInitFailure(st Store, err error) *LaunchError {
 	c, ok := st.(*client)
 	if !ok {
-		return
+		return nil
 	}
 	if _, fromStore := asLaunchError(err); fromStore {
-		return
+		return nil
 	}
 	cause := err.Error()
 	if len(cause) > maxAbortLen {
@@ -273,7 +280,20 @@ func ReportInitFailure(st Store, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = c.send(ctx, frame{op: opAbort, value: []byte(cause)})
+	_, rerr := c.call(ctx, frame{op: opAbort, value: []byte(cause)})
+	le, _ := asLaunchError(rerr)
+	return le
+}
+
+// abort answers opAbort: the reporting rank's failure becomes the
+// launch's unless another cause came first, which the reply carries.
+func (s *server) abort(c *serverConn, f frame) {
+	mine := fmt.Sprintf("rank %d failed Init: %s", c.rank, f.value)
+	if cause := s.failLaunch(mine, c); cause != mine {
+		c.out.push(frame{op: opFault, id: f.id, value: []byte(cause)})
+		return
+	}
+	c.out.push(frame{op: opOK, id: f.id})
 }
 
 // maxAbortLen bounds the cause a rank reports, which every rank repeats.

@@ -59,7 +59,7 @@ func TestReportInitFailureFailsTheLaunch(t *testing.T) {
 	zero, one, two := st[0], st[1], st[2]
 	watchZero, watchOne := watchLaunch(t, zero), watchLaunch(t, one)
 
-	ReportInitFailure(two, errors.New("tcp: connect to rank 1: no route"))
+	assert.Nil(t, ReportInitFailure(two, errors.New("tcp: connect to rank 1: no route")), "the first report is the cause")
 	two.Close()
 	for who, got := range map[string]<-chan error{"rank 0": watchZero, "rank 1": watchOne} {
 		err := waitLaunch(t, got, who)
@@ -75,12 +75,26 @@ func TestReportInitFailureKeepsTheStoresCause(t *testing.T) {
 	st := launchStores(t, 3)
 	zero, one := st[0], st[1]
 	watchOne := watchLaunch(t, one)
-	ReportInitFailure(one, fmt.Errorf("sparcml: rank 1: %w", &LaunchError{Cause: "rank 2 presented a wrong token"}))
+	assert.Nil(t, ReportInitFailure(one, fmt.Errorf("sparcml: rank 1: %w", &LaunchError{Cause: "rank 2 presented a wrong token"})))
 	FailLaunch(zero, "the first cause")
 	err := waitLaunch(t, watchOne, "rank 1")
 	var le *LaunchError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, "the first cause", le.Cause)
+}
+
+// A rank whose Init fails after the launch already failed (its
+// connection to a rank leaving for that reason broke) hears the first
+// cause in the reply to its report, whether or not its watch has fired:
+// the consequence does not replace the cause.
+func TestReportInitFailureAfterTheLaunchFailed(t *testing.T) {
+	st := launchStores(t, 3)
+	one, two := st[1], st[2]
+	first := errors.New("tcp: no interface nosuchif0")
+	require.Nil(t, ReportInitFailure(one, first))
+	le := ReportInitFailure(two, errors.New("tcp: connect to rank 0: connection reset by peer"))
+	require.NotNil(t, le, "the second report must return the launch's first cause")
+	assert.Equal(t, "rank 1 failed Init: "+first.Error(), le.Cause)
 }
 
 // When rank 0's store goes away during Init, the other ranks' watches

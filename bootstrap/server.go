@@ -223,7 +223,7 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 	c := &serverConn{conn: conn, br: br, rank: int(h.rank), out: newOutQueue(), gets: make(map[uint32]string)}
 	refusal, fatal := s.register(c, h)
 	if fatal {
-		refusal = s.failLaunch(refusal)
+		refusal = s.failLaunch(refusal, nil)
 	}
 	reply := frame{op: opOK, id: f.id}
 	switch {
@@ -355,7 +355,7 @@ func (s *server) dispatch(c *serverConn, f frame) error {
 	case opProgressQuery:
 		s.queryProgress(c, f.id)
 	case opAbort:
-		s.failLaunch(fmt.Sprintf("rank %d failed Init: %s", c.rank, f.value))
+		s.abort(c, f)
 	case opBye:
 		c.saidBye = true
 		s.mu.Lock()
