@@ -72,22 +72,14 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		hosts, err := bootstrap.ExchangeHosts(ctx, store, env.Rank, env.Size, bootstrap.HostKey())
 		if err != nil {
 			stopWatch()
-			err = launchFailure(ctx, fmt.Errorf("sparcml: rank %d: %w", env.Rank, err), env.Rank, store, initTimeout)
-			err = reportInitFailure(store, err, env.Rank)
-			store.Close()
-			return nil, err
+			return nil, failInit(ctx, fmt.Errorf("sparcml: rank %d: %w", env.Rank, err), env.Rank, store, initTimeout)
 		}
 		topo = newTopology(hosts)
 	}
 	t, err := connectTransport(ctx, o, s, env, store, topo, log)
 	stopWatch()
 	if err != nil {
-		err = launchFailure(ctx, err, env.Rank, store, initTimeout)
-		if store != nil {
-			err = reportInitFailure(store, err, env.Rank)
-			store.Close()
-		}
-		return nil, err
+		return nil, failInit(ctx, err, env.Rank, store, initTimeout)
 	}
 	c := newComm(t, env.Timeout, log)
 	c.store = store

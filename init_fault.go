@@ -31,7 +31,7 @@ func launchFailure(ctx context.Context, err error, rank int, store bootstrap.Sto
 	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 		// The store went away under Init (OnLaunchFailure): rank 0 is
 		// gone, which is the cause, whatever Init was waiting for.
-		return fmt.Errorf("sparcml: rank %d: %w (%v)", rank, cause, err)
+		return causedBy(rank, cause, err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
@@ -53,18 +53,30 @@ func launchFailure(ctx context.Context, err error, rank int, store bootstrap.Sto
 		return err
 	}
 	bootstrap.FailLaunch(store, cause)
-	return fmt.Errorf("sparcml: rank %d: %w (%v)", rank, &bootstrap.LaunchError{Cause: cause}, err)
+	return causedBy(rank, &bootstrap.LaunchError{Cause: cause}, err)
 }
 
-// reportInitFailure tells the store that this rank's Init failed with
-// err and returns the error to give the caller: err, or, if the launch
-// had already failed, that first cause with err after it. A rank whose
-// connection to a leaving rank broke must not look like the root cause.
-func reportInitFailure(store bootstrap.Store, err error, rank int) error {
+// failInit ends an Init that failed with err after the store was
+// reached (store nil for a one-rank job): it names the launch's cause
+// (launchFailure), reports this rank's failure to the store, and closes
+// the store. If the launch had already failed, the error names that first
+// cause with err after it: a rank whose connection to a leaving rank
+// broke must not look like the root cause.
+func failInit(ctx context.Context, err error, rank int, store bootstrap.Store, initTimeout time.Duration) error {
+	err = launchFailure(ctx, err, rank, store, initTimeout)
+	if store == nil {
+		return err
+	}
+	defer store.Close()
 	if le := bootstrap.ReportInitFailure(store, err); le != nil {
-		return fmt.Errorf("sparcml: rank %d: %w (%v)", rank, le, err)
+		return causedBy(rank, le, err)
 	}
 	return err
+}
+
+// causedBy is err as this rank reports it when cause is the launch's.
+func causedBy(rank int, cause, err error) error {
+	return fmt.Errorf("sparcml: rank %d: %w (%v)", rank, cause, err)
 }
 
 func initTimeoutName(d time.Duration) string {
