@@ -36,14 +36,14 @@ type rndvSend struct {
 // send writes it to the peer's ring, or queues it behind what waits.
 func (p *peer) send(it *outItem) {
 	p.sendMu.Lock()
-	if err := p.sendBlockedLocked(); err != nil {
+	if err := p.sendErr; err != nil {
 		p.sendMu.Unlock()
 		if it.req != nil {
 			it.req.Complete(nil, err)
 		}
 		return
 	}
-	if len(p.queue) == 0 && p.putLocked(it) {
+	if len(p.queue) == 0 && !p.peerClosing() && p.putLocked(it) {
 		p.flushLocked()
 		p.sendMu.Unlock()
 		p.written(it)
@@ -55,15 +55,13 @@ func (p *peer) send(it *outItem) {
 	p.sendMu.Unlock()
 }
 
-// sendBlockedLocked is why nothing more may be sent to the peer, or nil.
-func (p *peer) sendBlockedLocked() error {
-	if p.sendErr != nil {
-		return p.sendErr
-	}
-	if atomic.LoadUint32(p.remoteClose) != 0 {
-		p.sendErr = p.t.lostError(p.rank, "rank %d closed its transport", p.rank)
-	}
-	return p.sendErr
+// peerClosing reports whether the peer has begun to close: it reads its
+// ring no more, and its goodbye (or its death) follows, saying why.
+// Frames for it then stay queued until that ends them (failSends), so
+// that they fail with the peer's reason, not with a bare "closed" that
+// hides the rank whose loss made it close.
+func (p *peer) peerClosing() bool {
+	return atomic.LoadUint32(p.remoteClose) != 0
 }
 
 // written finishes a frame that is entirely in the ring.
@@ -79,6 +77,9 @@ func (p *peer) written(it *outItem) {
 // asks the peer for a wake-up (wantSpace) when room runs out. Returns
 // whether anything was written.
 func (p *peer) drainLocked() bool {
+	if p.peerClosing() {
+		return false
+	}
 	var done []*outItem
 	for len(p.queue) > 0 {
 		it := p.queue[0]

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -222,6 +223,26 @@ func TestWithdrawnSendNamesTheCause(t *testing.T) {
 	}
 	if err := unread.Wait(ctx); !errors.Is(err, cause) {
 		t.Errorf("the withdrawn send: %v, want the cause", err)
+	}
+	<-closed
+}
+
+// A send to a peer that has begun to close (its closed word is set, its
+// goodbye not yet written) waits for the goodbye and fails with the
+// peer's reason: a rank that failed because a third one died is not
+// reported as merely closed.
+func TestSendToClosingPeerNamesTheCause(t *testing.T) {
+	ts := startJob(t, 2, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cause := errors.New("rank 7 stopped on purpose")
+	ts[1].fail(cause, nil)
+	atomic.StoreUint32(ts[1].closed, 1) // as Close does first
+	sent := ts[0].Send(1, transport.Tag{Comm: 1, Seq: 1}, testDesc, payload(1, 0, 64))
+	closed := make(chan error, 1)
+	go func() { closed <- ts[1].Close() }()
+	if err := sent.Wait(ctx); err == nil || !strings.Contains(err.Error(), cause.Error()) {
+		t.Errorf("a send to a closing peer: %v, want the peer's cause %q", err, cause)
 	}
 	<-closed
 }
