@@ -43,5 +43,7 @@
 // every pending and later request. A graceful Close writes a goodbye after
 // the last frame, so the peer delivers what came before and fails only
 // what still involves the closed rank; Abort tells each peer at once over
-// its socket. Receives are matched by the shared transport.Matcher.
+// its socket. A send to a peer that has begun to close waits for that
+// goodbye (or the peer's death) and fails with the reason it carries,
+// never with a bare "closed" that would hide why the peer closed. Receives are matched by the shared transport.Matcher.
 package shm
