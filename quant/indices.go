@@ -611,14 +611,17 @@ func unpackGaps(out []uint32, prev uint64, src []byte, off int, width uint) (uin
 		}
 		return prev, 0
 	}
+	done, prev, vecOr := unpackGapsVec(out, prev, src, off, width)
+	out = out[done:]
 	mask := uint64(1)<<width - 1
-	bit := uint(off) * 8
+	bit := uint(off)*8 + uint(done)*width // a whole number of bytes
 	// The gaps i with (bit + i*width)/8 + 8 <= len(src) load inside src.
 	fast := 0
-	if room := len(src) - 8; room >= off {
+	if room := len(src) - 8; room >= int(bit>>3) {
 		fast = min(len(out), int((uint(room)*8+7-bit)/width)+1)
 	}
 	prev, or, bit := unpackFast(out[:fast], prev, src, bit, width)
+	or |= vecOr
 	if fast < len(out) {
 		var tail [16]byte
 		at := bit >> 3

@@ -354,7 +354,8 @@ func unpack[T float](c *codec, dst []T, codes []byte, table *[256]float32, add b
 	perWord := 64 / int(bits)
 	i := 0
 	if bits == 4 {
-		i = unpack4(dst, codes, table, add)
+		i = unpack4Vec(dst, codes, table, add)
+		i += unpack4(dst[i:], codes[i/2:], table, add)
 	}
 	for w := i * int(bits) / 8; i+perWord <= len(dst); w += 8 {
 		word := binary.LittleEndian.Uint64(codes[w:])
