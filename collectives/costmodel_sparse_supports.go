@@ -67,20 +67,43 @@ func spIndexBytesEstimate(k float64, n int) float64 {
 		return 2 // method and a zero count
 	}
 	d := min(k/float64(n), 1)
-	tail := func(m float64) float64 { return math.Pow(1-d, m) }
 	header := float64(1 + spVarintLen(uint64(k)) + spVarintLen(uint64(float64(n)/(k+1))))
 	gaps := max(k-1, 0)
 	if gaps == 0 {
 		return header
 	}
-	varint := 1 + tail(1<<7) + tail(1<<14) + tail(1<<21) + tail(1<<28)
+	// tail[j] = P(gap >= 2^j) = (1-d)^(2^j), by repeated squaring: the
+	// model runs this for every message of every candidate schedule on
+	// each AlgoAuto call, where math.Pow made it most of the choice's
+	// time (BenchmarkChooseSparse).
+	var tail [32]float64
+	tail[0] = 1 - d
+	for j := 1; j < len(tail); j++ {
+		tail[j] = tail[j-1] * tail[j-1]
+	}
+	varint := 1 + tail[7] + tail[14] + tail[21] + tail[28]
 	block := min(gaps, quant.IndexBlockSize)
 	width := 0.0
-	for j := range 32 {
-		width += 1 - math.Pow(1-tail(float64(uint64(1)<<j)), block)
+	for _, t := range tail {
+		if t == 0 {
+			break // and every later term
+		}
+		width += 1 - spPowBlock(1-t, block)
 	}
 	bitpack := width/8 + 1/block // plus one width byte per block
 	return header + gaps*min(varint, bitpack)
+}
+
+// spPowBlock is x^block for spIndexBytesEstimate: 7 squarings for a full
+// block of quant.IndexBlockSize (2^7) gaps, math.Pow for a shorter one.
+func spPowBlock(x, block float64) float64 {
+	if block != quant.IndexBlockSize || quant.IndexBlockSize != 1<<7 {
+		return math.Pow(x, block)
+	}
+	for range 7 {
+		x *= x
+	}
+	return x
 }
 
 // spVarintLen is the length of v as a LEB128 varint.

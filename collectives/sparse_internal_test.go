@@ -3,10 +3,14 @@ package collectives
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/sparse"
 	"github.com/sparcml/sparcml/transport"
 )
@@ -109,4 +113,55 @@ func spEncoded[T Float](v *sparse.Vector[T]) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// TestIndexBytesEstimateMatchesEncoding: the model's expected size of an
+// index stream is within 3% of the mean size of real encodings (quant's
+// IndexAuto) of uniformly random supports, from sparse to half full and
+// in blocks shorter than quant.IndexBlockSize.
+func TestIndexBytesEstimateMatchesEncoding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 5))
+	for _, c := range []struct{ k, n int }{{50, 1 << 20}, {1000, 1 << 20}, {16604, 1 << 22}, {161000, 1 << 21}, {1 << 19, 1 << 20}} {
+		const trials = 5
+		total := 0
+		for range trials {
+			idx := make([]uint32, 0, c.k)
+			for _, x := range rng.Perm(c.n)[:c.k] {
+				idx = append(idx, uint32(x))
+			}
+			slices.Sort(idx)
+			enc, err := quant.EncodeIndices(make([]byte, quant.MaxIndicesSize(c.k, quant.IndexAuto)), idx, quant.IndexAuto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += len(enc)
+		}
+		got, want := spIndexBytesEstimate(float64(c.k), c.n), float64(total)/trials
+		if math.Abs(got-want) > 0.03*want {
+			t.Errorf("k=%d n=%d: estimate %.0f bytes, encodings %.0f", c.k, c.n, got, want)
+		}
+	}
+}
+
+// BenchmarkChooseSparse times AlgoAuto's choice, made on every call from
+// the agreed counts: 0.1% and 1% of 16M per rank, exact and q4 values.
+func BenchmarkChooseSparse(b *testing.B) {
+	m := CostModel{Alpha: 50e-6, Beta: 1 / 125e6, Gamma: 1 / 4e9, IndexCodec: 4e-9}
+	const dim = 1 << 24
+	for _, p := range []int{4, 8} {
+		for _, frac := range []float64{0.001, 0.01} {
+			for _, kind := range []quant.Kind{quant.None, quant.Q4} {
+				nnz := make([]int, p)
+				for r := range nnz {
+					nnz[r] = int(frac * dim)
+				}
+				b.Run(fmt.Sprintf("p=%d/density=%g/%v", p, frac, kind), func(b *testing.B) {
+					w := spWireFor(4, kind)
+					for b.Loop() {
+						m.chooseSparseOrDense(p, dim, w, nnz)
+					}
+				})
+			}
+		}
+	}
 }
