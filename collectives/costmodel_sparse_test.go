@@ -166,3 +166,18 @@ func TestSparseModelOneRank(t *testing.T) {
 		}
 	}
 }
+
+// TestChooseSparseOrDenseUnionThreshold: on a 1 Gbit/s network, 4 ranks
+// at 10% each (an expected union of 34%) get the sparse schedule the model
+// prices lowest, which there is not DSAR; 8 ranks at 10% (57%) are past
+// half the dimension, where only DSAR and the dense allreduce compete.
+func TestChooseSparseOrDenseUnionThreshold(t *testing.T) {
+	const dim = 1 << 24
+	m := slowNet
+	four := slices.Repeat([]int{dim / 10}, 4)
+	got := m.ChooseSparseOrDense(4, dim, 4, four)
+	require.Equal(t, m.ChooseSparse(4, dim, 4, four), got)
+	require.NotEqual(t, collectives.AlgoDSAR, got)
+	eight := slices.Repeat([]int{dim / 10}, 8)
+	require.Contains(t, []collectives.Algo{collectives.AlgoDSAR, m.ChooseAllreduce(4*dim, 8)}, m.ChooseSparseOrDense(8, dim, 4, eight))
+}
