@@ -94,10 +94,11 @@ func spIndexBytesEstimate(k float64, n int) float64 {
 	return header + gaps*min(varint, bitpack)
 }
 
-// spPowBlock is x^block for spIndexBytesEstimate: 7 squarings for a full
-// block of quant.IndexBlockSize (2^7) gaps, math.Pow for a shorter one.
+// spPowBlock is x^block for spIndexBytesEstimate: 7 squarings for the
+// full blocks of 128 gaps (quant.IndexBlockSize) that almost every
+// estimate has, math.Pow for any other length.
 func spPowBlock(x, block float64) float64 {
-	if block != quant.IndexBlockSize || quant.IndexBlockSize != 1<<7 {
+	if block != 1<<7 {
 		return math.Pow(x, block)
 	}
 	for range 7 {

@@ -598,9 +598,11 @@ func firstOutOfRange(out []uint32, limit, offset uint64) error {
 // unpackGaps decodes the width-bit gaps of one block, which starts at
 // byte off of src, into out, after the index prev; it returns the last
 // index (in 64 bits: it can pass 2^32 on corrupt input, which the caller
-// checks once per block) and the OR of the gaps. Each gap is one 8-byte
-// load at its bit offset (a gap of up to 32 bits plus a shift of up to 7
-// fits in 64), which may read the following blocks' bytes, masked off;
+// checks once per block) and the OR of the gaps. The leading groups of 8
+// gaps go to the vector kernel where there is one (unpackGapsVec); after
+// them each gap is one 8-byte load at its bit offset (a gap of up to 32
+// bits plus a shift of up to 7 fits in 64), which may read the following
+// blocks' bytes, masked off;
 // only the gaps whose load would pass the end of src read a zero-padded
 // copy of the last bytes. No branch depends on the data.
 func unpackGaps(out []uint32, prev uint64, src []byte, off int, width uint) (uint64, uint64) {

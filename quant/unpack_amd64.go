@@ -7,17 +7,17 @@ import "golang.org/x/sys/cpu"
 // Decoding a q4 sparse message is the largest CPU cost of receiving one
 // (go tool pprof on sparcml bench --op sparse-allreduce --quant q4 with
 // SPARCML_CPUPROFILE): its index gaps first, then its 4-bit values. With
-// AVX2 both run in vector kernels (unpack_amd64.s). Blocks
-// of widths up to 16 bits decode 8 gaps at a time (unpack_amd64.s): eight
-// gaps of w bits are exactly w bytes, so each group is one 16-byte load,
+// AVX2 both run in vector kernels (unpack_amd64.s). Blocks of widths up
+// to 16 bits decode 8 gaps at a time: eight gaps of w bits are exactly w
+// bytes, so each group is one 16-byte load,
 // a byte shuffle that puts every gap's bytes in its own 32-bit lane, one
 // shift per lane and a mask, then a prefix sum. Wider gaps (densities
 // below about 1 in 65536) keep the scalar loop. The 4-bit values decode 8
 // at a time, their magnitudes looked up in the bucket's table with one
-// VPERMPS and the sign bit moved into place. Benchmarks: go test -run
-// '^$' -bench 'Indices/decode|Decode/q4' ./quant/, with and without -tags
-// purego; TestUnpackGapsVecMatchesScalar and TestUnpack4VecMatchesScalar
-// compare the paths.
+// VPERMPS and the sign bit moved into place. Benchmark: go test -run '^$'
+// -bench UnpackPaths ./quant/ times both paths of both kernels side by
+// side; TestUnpackGapsVecMatchesScalar and TestUnpack4VecMatchesScalar
+// compare their results.
 //
 // The flag is a variable so tests can run the scalar paths on this CPU.
 var useUnpackAVX2 = cpu.X86.HasAVX2 // HasAVX2 also means the OS saves YMM state

@@ -45,5 +45,6 @@
 // what still involves the closed rank; Abort tells each peer at once over
 // its socket. A send to a peer that has begun to close waits for that
 // goodbye (or the peer's death) and fails with the reason it carries,
-// never with a bare "closed" that would hide why the peer closed. Receives are matched by the shared transport.Matcher.
+// never with a bare "closed" that would hide why the peer closed.
+// Receives are matched by the shared transport.Matcher.
 package shm
