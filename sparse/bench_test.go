@@ -57,6 +57,44 @@ func BenchmarkMerge(b *testing.B) {
 
 func BenchmarkSumAll8(b *testing.B) { benchSumAll(b, 8, 2) }
 
+// BenchmarkSumKernels times the windowed sum against the merge that
+// sumSparse would otherwise use, for k random parts of 2^24 positions
+// holding one entry per "per" positions together: where one overtakes the
+// other sets windowDensityShift.
+func BenchmarkSumKernels(b *testing.B) {
+	const dim = 1 << 24
+	for _, k := range []int{2, 4, 8} {
+		for _, per := range []int{8, 16, 32, 64, 128, 256, 512} {
+			rng := rand.New(rand.NewPCG(1, uint64(k)))
+			parts := make([]*Vector[float32], k)
+			for i := range parts {
+				parts[i] = randomVector[float32](rng, dim, dim/per/k)
+			}
+			total := k * (dim / per / k)
+			var dst Vector[float32]
+			b.Run(fmt.Sprintf("k=%d/per=%d/windows", k, per), func(b *testing.B) {
+				for b.Loop() {
+					sumWindows(&dst, parts, dim, total)
+				}
+				reportPerNNZ(b, total)
+			})
+			b.Run(fmt.Sprintf("k=%d/per=%d/merge", k, per), func(b *testing.B) {
+				for b.Loop() {
+					switch {
+					case k == 2:
+						merge(&dst, parts[0], parts[1])
+					case k <= smallK:
+						mergeSmallK(&dst, parts, dim, total)
+					default:
+						mergeK(&dst, parts, dim, total)
+					}
+				}
+				reportPerNNZ(b, total)
+			})
+		}
+	}
+}
+
 // benchSumAll times SumAll of k random parts sharing benchCases' nonzeros.
 func benchSumAll(b *testing.B, k int, seed uint64) {
 	for _, c := range benchCases() {

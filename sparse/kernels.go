@@ -46,14 +46,14 @@ func Add[T Float](dst, a, b *Vector[T]) error {
 
 // sumSparse sums sparse parts of dimension dim holding total entries
 // with the kernel that suits their density: a dense accumulator when the
-// result may be dense, windows (sumWindows) from one entry per 256
-// positions, a merge below that. Every kernel adds a position's values in
+// result may be dense, windows (sumWindows) from the density
+// windowDensityShift gives for that many parts, a merge below that. Every kernel adds a position's values in
 // parts order, so the choice never changes the bits of the result.
 func sumSparse[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) error {
 	switch {
 	case 16*total >= dim && PreferDense(total, dim, ValueSize[T]()):
 		return accumulate(dst, parts, dim, total)
-	case total >= dim>>windowDensityShift:
+	case SumsInWindows(len(parts), total, dim):
 		sumWindows(dst, parts, dim, total)
 	case len(parts) == 2:
 		merge(dst, parts[0], parts[1])
@@ -280,10 +280,30 @@ func accumulate[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) err
 // accumulator (16 or 32 KiB) and bitmap stay in the L1 cache.
 const windowBits = 12
 
-// windowDensityShift: sumWindows is used from one entry per 2^8 positions
-// on average (16 per window), where scanning a window's bitmap costs
-// less than the merges' compare per entry.
-const windowDensityShift = 8
+// windowDensityShift says from which density sumWindows replaces the
+// merges for k parts: from one entry per 2^shift positions on average,
+// where scanning a window's bitmap costs less than the merges' compare per
+// entry. The merges cost more per entry as k grows (a two-way merge has
+// one compare, the k-way ones a tournament), so the windows take over at
+// lower densities for more parts. Benchmark: BenchmarkSumKernels, whose
+// crossovers these shifts round down to.
+// SumsInWindows says whether SumAll and Add sum k sparse parts holding
+// total entries of dim positions in windows rather than by merging (the
+// cost model prices the two differently).
+func SumsInWindows(k, total, dim int) bool {
+	return total >= dim>>windowDensityShift(k)
+}
+
+func windowDensityShift(k int) int {
+	switch {
+	case k <= 2:
+		return 4
+	case k <= 4:
+		return 6
+	default:
+		return 8
+	}
+}
 
 // sumWindows sums sparse parts window by window: for each window of
 // 2^windowBits positions that any part has entries in, every part in turn
