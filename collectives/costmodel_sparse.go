@@ -179,10 +179,11 @@ func (pl *spPlan) indexCodec(from, to int, secs float64) {
 
 // mergePasses is how many times sparse.SumAll of parts vectors holding
 // k entries in all, spread over n positions, handles each entry: once in
-// its windowed kernel (from one entry per 256 positions), log2(parts)
-// times in a merge below that.
+// its windowed kernel (sparse.SumsInWindows), log2(parts) times in a merge
+// (one compare per entry for two parts, a tournament for more;
+// BenchmarkSumKernels in sparse/ measures both).
 func mergePasses(k float64, n, parts int) float64 {
-	if k >= float64(n>>8) {
+	if sparse.SumsInWindows(parts, int(k), n) {
 		return 1
 	}
 	return math.Log2(float64(parts))

@@ -77,25 +77,31 @@ func spBruckBytesSent(size []int64) (bytes []int64, msgs []int) {
 // and in-memory sizes (spWire.mem; nil: the same), whose index codec
 // costs codec[r] seconds on each side (spWire.codecSecs; nil: none);
 // reduceFactor > 0 charges every received in-memory byte that many
-// reductions.
+// reductions. Blocks are forwarded as they arrived, so each is encoded
+// once, by its own rank, and decoded once by each of the others: the
+// forwarding ranks are charged the wire alone.
 func (pl *spPlan) bruck(size, mem, codec []float64, reduceFactor float64) {
 	p := len(size)
 	if mem == nil {
 		mem = size
 	}
+	if codec == nil {
+		codec = make([]float64, p)
+	}
 	for r := range p {
+		pl.memSent[r] += mem[r]
+		pl.codec[r] += codec[r]
 		for d := 1; d < p; d *= 2 {
 			to := (r - d + p) % p
-			b, m, c := 0.0, 0.0, 0.0
+			b := 0.0
 			for i := range min(d, p-d) {
-				b += size[(r+i)%p]
-				m += mem[(r+i)%p]
-				if codec != nil {
-					c += codec[(r+i)%p]
-				}
+				q := (r + i) % p
+				b += size[q]
+				pl.memRecv[to] += mem[q]
+				pl.red[to] += mem[q] * reduceFactor
+				pl.codec[to] += codec[q]
 			}
-			pl.msg(r, to, b, m, reduceFactor)
-			pl.indexCodec(r, to, c)
+			pl.msg(r, to, b, 0, 0)
 		}
 	}
 	pl.endPhase()
