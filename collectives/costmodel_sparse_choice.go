@@ -80,21 +80,29 @@ func (m CostModel) ChooseSparseIndices(a Algo, p, dim, valueSize int, nnz []int)
 
 // rdFitsSparse says whether SSAR recursive doubling is worth considering:
 // its partial results grow towards the union of every rank's support and
-// each round merges them whole, so it only pays while all the entries
-// together stay a small part of the dimension (SparCML: P k c << n): every
-// rank encodes, merges and writes the whole growing partial each round,
-// where the split algorithms handle each range once. Past 1/32 of the
-// dimension that costs more than the model's per-byte charges say, so the
-// model is not asked. Benchmark: scripts/perf.sh forces every algorithm
-// on 4 ranks at 1% density per rank (4% together), where ssar-rd runs
-// well behind ssar-split.
+// each round merges them whole, one round after the other, where the
+// split algorithms handle each range once and post their messages
+// together. It only pays while there are few entries in all, where its
+// fewer messages matter more than its bytes and merges, and they are a
+// small part of the dimension (SparCML: P k c << n). Past either bound it
+// ran behind ssar-split by more than the model's per-byte charges say,
+// so the model is not asked. Benchmarks: scripts/perf.sh forces every
+// algorithm on 4 ranks at 1% each (a 32nd of the dimension in all), and
+// sparcml bench --op sparse-allreduce --sizes 16M --algo ssar-rd|ssar-split
+// at 0.005% to 0.1% on 4 and 8 ranks, local and on the emulated cluster
+// (docs/PERFORMANCE.md, "Sparse allreduce"): ahead or even up to about
+// 7,000 entries in all, behind from 13,000.
 func rdFitsSparse(dim int, nnz []int) bool {
 	total := 0
 	for _, k := range nnz {
 		total += k
 	}
-	return total <= dim/32
+	return total <= min(dim/32, rdMaxEntries)
 }
+
+// rdMaxEntries bounds the entries of all ranks together that SSAR
+// recursive doubling is considered for (rdFitsSparse).
+const rdMaxEntries = 8192
 
 // ChooseSparseOrDense is ChooseSparse with the dense allreduce of the
 // densified vectors as one more candidate: when the inputs are dense

@@ -81,7 +81,7 @@ func TestSparseModelGrowsWithEntries(t *testing.T) {
 }
 
 // TestChooseSparseIsCheapest: ChooseSparse returns a candidate no other
-// predicts faster, recursive doubling being a candidate only up to dim/32
+// predicts faster, recursive doubling being a candidate only up to min(dim/32, 8192)
 // entries in all; ChooseSparseOrDense returns that choice, the dense
 // allreduce the dense model picks, or DSAR.
 func TestChooseSparseIsCheapest(t *testing.T) {
@@ -102,7 +102,7 @@ func TestChooseSparseIsCheapest(t *testing.T) {
 						}
 						best := predict(got)
 						for _, a := range sparseModelAlgos {
-							if a == collectives.AlgoSSARRecursiveDoubling && total > dim/32 {
+							if a == collectives.AlgoSSARRecursiveDoubling && total > min(dim/32, 8192) { // rdFitsSparse
 								require.NotEqual(t, a, got, "%+v P=%d dim=%d nnz=%v", m, p, dim, nnz)
 								continue
 							}
