@@ -37,6 +37,9 @@
 # Environment: SPARCML_CLUSTER_OFFLOAD=off turns GSO/TSO/GRO off on the veths
 # (default on: tbf accounts every segment's headers, and the burst holds
 # whole 64 KiB segments, so the average rate is exact; see README.md).
+# SPARCML_CLUSTER_BURST=BYTES sets tbf's bucket instead of the default
+# (512 KiB, or 1 ms at the rate if more), to see what the bucket's bursts
+# do to a figure.
 set -euo pipefail
 
 PREFIX=sparcml-cl
@@ -94,7 +97,7 @@ burst_bytes() {
 	bps=$(rate_bps "$1")
 	b=$((bps / 8 / 1000))
 	[ "$b" -lt 524288 ] && b=524288
-	echo "$b"
+	echo "${SPARCML_CLUSTER_BURST:-$b}"
 }
 
 subnet_of() { echo "10.199.$(($(get "$1" subnet) + $2))"; }
