@@ -47,8 +47,9 @@ func Add[T Float](dst, a, b *Vector[T]) error {
 // sumSparse sums sparse parts of dimension dim holding total entries
 // with the kernel that suits their density: a dense accumulator when the
 // result may be dense, windows (sumWindows) from the density
-// windowDensityShift gives for that many parts, a merge below that. Every kernel adds a position's values in
-// parts order, so the choice never changes the bits of the result.
+// windowDensityShift gives for that many parts, a merge below that. Every
+// kernel adds a position's values in parts order, so the choice never
+// changes the bits of the result.
 func sumSparse[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) error {
 	switch {
 	case 16*total >= dim && PreferDense(total, dim, ValueSize[T]()):
@@ -300,6 +301,8 @@ func windowDensityShift(k int) int {
 		return 4
 	case k <= 4:
 		return 6
+	case k <= 8:
+		return 7
 	default:
 		return 8
 	}
