@@ -136,6 +136,23 @@ func BenchmarkSparseAllreduce(b *testing.B) {
 	}
 }
 
+// BenchmarkSparseAllreduceLarge: every sparse algorithm on 4 ranks at the
+// size of the cluster benchmark, dimension 2^24, at 0.1% and 1% per rank.
+func BenchmarkSparseAllreduceLarge(b *testing.B) {
+	const p, dim = 4, 1 << 24
+	for _, density := range []float64{0.001, 0.01} {
+		in := spBenchInputs(p, dim, int(density*dim), false)
+		for _, a := range spBenchAlgos[:len(spBenchAlgos)-1] {
+			if a == collectives.AlgoDSAR {
+				continue // dense output: the dense allreduce's figures
+			}
+			b.Run(fmt.Sprintf("density=%g/%v", density, a), func(b *testing.B) {
+				spBench(b, in, collectives.SparseOptions{Algo: a})
+			})
+		}
+	}
+}
+
 // BenchmarkSparseBalanced: the split algorithm on a power-law support with
 // equal and with balanced ranges; recv-B/rank is the busiest owner.
 func BenchmarkSparseBalanced(b *testing.B) {
