@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/quant"
@@ -18,7 +20,8 @@ import (
 // spBench runs SparseAllreduce b.N times on p in-memory ranks and reports,
 // per operation: the most bytes any rank sent ("sent-B/rank") and received
 // ("recv-B/rank", the hot spot of a split), the exact prediction of the
-// first ("pred-B/rank") and the model's estimate ("model-B/rank").
+// first ("pred-B/rank"), the model's estimate ("model-B/rank") and the
+// process's CPU time divided among the ranks ("cpu-ms/rank").
 func spBench[T collectives.Float](b *testing.B, in []*sparse.Vector[T], opts collectives.SparseOptions) {
 	p := len(in)
 	ts := transport.NewInMemory(p)
@@ -64,6 +67,7 @@ func spBench[T collectives.Float](b *testing.B, in []*sparse.Vector[T], opts col
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	seq := uint64(2)
 	for b.Loop() {
 		run(seq)
@@ -71,6 +75,7 @@ func spBench[T collectives.Float](b *testing.B, in []*sparse.Vector[T], opts col
 	}
 	b.StopTimer()
 	n := float64(seq - 2)
+	b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/n/float64(p), "cpu-ms/rank")
 	var sent, recv float64
 	for r, t := range ts {
 		d := t.Stats().Sub(before[r])
@@ -87,6 +92,15 @@ func spBench[T collectives.Float](b *testing.B, in []*sparse.Vector[T], opts col
 	b.ReportMetric(recv, "recv-B/rank")
 	b.ReportMetric(float64(slices.Max(pred.BytesSent)), "pred-B/rank")
 	b.ReportMetric(float64(slices.Max(model.BytesSent)), "model-B/rank")
+}
+
+// processCPU is the user and system time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // spBenchInputs: p ranks, dimension dim, each with nnz entries spread
