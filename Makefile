@@ -134,7 +134,7 @@ bench-cluster: build deps-mpi
 
 # sparcml train on emulated clusters (not part of `make test`): sparse
 # logistic regression at 1 Gbit/s, the exact sparse reduction against the
-# dense allreduce per epoch, and the MLP at 100 Mbit/s, top-k with error
+# dense allreduce per epoch, and the MLP at 25 Mbit/s, top-k with error
 # feedback and q4 against dense in time to accuracy (docs/TRAINING.md).
 # BENCH_TRAIN_CLUSTER_FLAGS changes the cases (go run ./test/cluster/benchtrain -h).
 BENCH_TRAIN_CLUSTER_FLAGS ?=

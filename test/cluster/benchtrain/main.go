@@ -51,7 +51,7 @@ func main() {
 		"--model logreg --data synthetic:webspam --samples 8192 --epochs 1 --compare dense,sparse",
 		"sparcml train arguments of the logistic-regression case")
 	flag.IntVar(&c.mlpHosts, "mlp-hosts", 8, "hosts of the MLP case")
-	flag.StringVar(&c.mlpRate, "mlp-rate", "100mbit", "link rate of the MLP case (tc syntax)")
+	flag.StringVar(&c.mlpRate, "mlp-rate", "25mbit", "link rate of the MLP case (tc syntax; docs/TRAINING.md says how the default was chosen)")
 	flag.StringVar(&c.mlpArgs, "mlp-args",
 		"--samples 12000 --epochs 2 --eval-every 0.25 --threads 1 --reduce dense; --samples 12000 --epochs 3 --eval-every 0.25 --threads 1 --reduce topk --density 0.01 --quant q4",
 		"sparcml train arguments of the MLP case; jobs separated by ';' run one after another (the first is the reference)")
