@@ -281,13 +281,6 @@ func accumulate[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) err
 // accumulator (16 or 32 KiB) and bitmap stay in the L1 cache.
 const windowBits = 12
 
-// windowDensityShift says from which density sumWindows replaces the
-// merges for k parts: from one entry per 2^shift positions on average,
-// where scanning a window's bitmap costs less than the merges' compare per
-// entry. The merges cost more per entry as k grows (a two-way merge has
-// one compare, the k-way ones a tournament), so the windows take over at
-// lower densities for more parts. Benchmark: BenchmarkSumKernels, whose
-// crossovers these shifts round down to.
 // SumsInWindows says whether SumAll and Add sum k sparse parts holding
 // total entries of dim positions in windows rather than by merging (the
 // cost model prices the two differently).
@@ -295,6 +288,13 @@ func SumsInWindows(k, total, dim int) bool {
 	return total >= dim>>windowDensityShift(k)
 }
 
+// windowDensityShift says from which density sumWindows replaces the
+// merges for k parts: from one entry per 2^shift positions on average,
+// where scanning a window's bitmap costs less than the merges' compare per
+// entry. The merges cost more per entry as k grows (a two-way merge has
+// one compare, the k-way ones a tournament), so the windows take over at
+// lower densities for more parts. Benchmark: BenchmarkSumKernels, whose
+// crossovers these shifts round down to.
 func windowDensityShift(k int) int {
 	switch {
 	case k <= 2:
