@@ -85,12 +85,11 @@ func (pl *spPlan) bruck(size, mem, codec []float64, reduceFactor float64) {
 	if mem == nil {
 		mem = size
 	}
-	if codec == nil {
-		codec = make([]float64, p)
-	}
 	for r := range p {
 		pl.memSent[r] += mem[r]
-		pl.codec[r] += codec[r]
+		if codec != nil {
+			pl.codec[r] += codec[r]
+		}
 		for d := 1; d < p; d *= 2 {
 			to := (r - d + p) % p
 			b := 0.0
@@ -99,7 +98,9 @@ func (pl *spPlan) bruck(size, mem, codec []float64, reduceFactor float64) {
 				b += size[q]
 				pl.memRecv[to] += mem[q]
 				pl.red[to] += mem[q] * reduceFactor
-				pl.codec[to] += codec[q]
+				if codec != nil {
+					pl.codec[to] += codec[q]
+				}
 			}
 			pl.msg(r, to, b, 0, 0)
 		}

@@ -58,7 +58,7 @@ func BenchmarkMerge(b *testing.B) {
 func BenchmarkSumAll8(b *testing.B) { benchSumAll(b, 8, 2) }
 
 // BenchmarkSumKernels times the windowed sum against the merge that
-// sumSparse would otherwise use, for k random parts of 2^24 positions
+// sumSparse would otherwise use (mergeParts), for k random parts of 2^24 positions
 // holding one entry per "per" positions together: where one overtakes the
 // other sets windowDensityShift.
 func BenchmarkSumKernels(b *testing.B) {
@@ -80,14 +80,7 @@ func BenchmarkSumKernels(b *testing.B) {
 			})
 			b.Run(fmt.Sprintf("k=%d/per=%d/merge", k, per), func(b *testing.B) {
 				for b.Loop() {
-					switch {
-					case k == 2:
-						merge(&dst, parts[0], parts[1])
-					case k <= smallK:
-						mergeSmallK(&dst, parts, dim, total)
-					default:
-						mergeK(&dst, parts, dim, total)
-					}
+					mergeParts(&dst, parts, dim, total)
 				}
 				reportPerNNZ(b, total)
 			})

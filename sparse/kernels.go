@@ -56,6 +56,19 @@ func sumSparse[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) erro
 		return accumulate(dst, parts, dim, total)
 	case SumsInWindows(len(parts), total, dim):
 		sumWindows(dst, parts, dim, total)
+	default:
+		mergeParts(dst, parts, dim, total)
+	}
+	if PreferDense(len(dst.Indices), dim, ValueSize[T]()) {
+		dst.Densify()
+	}
+	return nil
+}
+
+// mergeParts sums sparse parts by the merge that suits their number:
+// two-pointer for two, a branch-free head scan up to smallK, a heap beyond.
+func mergeParts[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
+	switch {
 	case len(parts) == 2:
 		merge(dst, parts[0], parts[1])
 	case len(parts) <= smallK:
@@ -63,10 +76,6 @@ func sumSparse[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) erro
 	default:
 		mergeK(dst, parts, dim, total)
 	}
-	if PreferDense(len(dst.Indices), dim, ValueSize[T]()) {
-		dst.Densify()
-	}
-	return nil
 }
 
 // AddTo adds v into dense, which must hold v.Dim values: a scatter-add
