@@ -48,6 +48,9 @@ func TestBenchCheckEveryMode(t *testing.T) {
 		{"reduce-scatter-avg", []string{"-n", "5", "--op", "reduce-scatter", "--redop", "avg", "--bytes", "8:1K"}, 8, "avg", -1},
 		{"p2p-baseline", []string{"-n", "2", "--op", "p2p", "--baseline", "--window", "3", "--sizes", "1K"}, 2, "none", -1},
 		{"sparse-allgather", []string{"-n", "3", "--op", "sparse-allgather", "--sizes", "10K"}, 1, "none", -1},
+		// Five algorithms taking turns, and the dense row, per density.
+		{"algo-list", []string{"-n", "4", "--op", "sparse-allreduce", "--sizes", "50K", "--density", "0.01,0.2", "--vs-dense",
+			"--algo", "ssar-rd,ssar-split,dsar,allgather,auto"}, 12, "sum", -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rows, errOut, err := benchJSON(t, append(tc.args, "--iters", "3", "--warmup", "1", "--check")...)
@@ -64,6 +67,11 @@ func TestBenchCheckEveryMode(t *testing.T) {
 				assert.NotEqual(t, "auto", row["algo_chosen"], "%v", row)
 				assert.LessOrEqual(t, row["time_us_min"], row["time_us_avg"])
 				assert.LessOrEqual(t, row["time_us_avg"], row["time_us_max"])
+			}
+			if tc.name == "algo-list" { // one row per algorithm, in the list's order, then the dense row
+				for i, a := range []string{"ssar-rd", "ssar-split", "dsar", "allgather", "auto", "auto"} {
+					assert.Equal(t, a, rows[i]["algo"], "row %d", i)
+				}
 			}
 		})
 	}
@@ -86,6 +94,7 @@ func TestBenchReportsWrongResults(t *testing.T) {
 		// each of the 2 buffers in flight.
 		{"inflight", []string{"-n", "2", "--op", "allreduce", "--inflight", "2", "--sizes", "100", "--compute", "10"}, []float64{2 * 2 * 2 * iters * k}, 1},
 		{"vs-dense", []string{"-n", "2", "--op", "sparse-allreduce", "--sizes", "10K", "--vs-dense"}, []float64{2 * iters * k, 2 * iters * k}, 2},
+		{"algo-list", []string{"-n", "2", "--op", "sparse-allreduce", "--sizes", "10K", "--algo", "dsar,auto"}, []float64{2 * iters * k, 2 * iters * k}, 2},
 		// Only the receiver checks.
 		{"p2p", []string{"-n", "2", "--op", "p2p", "--sizes", "100"}, []float64{iters * k}, 1},
 	} {

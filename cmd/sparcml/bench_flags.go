@@ -45,6 +45,10 @@ type benchConfig struct {
 	// tests can see a wrong result reported as one.
 	injectWrong int
 	args        []string // the original arguments, for relaunching with -n
+	// algos and algoNames are --algo's list: several only with --op
+	// sparse-allreduce; algo and algoName are its first.
+	algos     []sparcml.Algo
+	algoNames []string
 }
 
 var benchOps = []string{"allreduce", "reduce-scatter", "allgather", "broadcast", "barrier", "p2p", "sparse-allreduce", "sparse-allgather"}
@@ -73,7 +77,7 @@ func newBenchFlags(cfg *benchConfig, v *benchFlagValues) *flag.FlagSet {
 	fs.StringVar(&v.sizes, "sizes", "1K:16M", "element counts: MIN:MAX (doubling) or a comma list; K, M, G suffixes (x1024); 0 runs the operation on empty buffers")
 	fs.StringVar(&v.bytes, "bytes", "", "sizes in bytes instead of --sizes, as nccl-tests' -b/-e: MIN:MAX (doubling) or a comma list, e.g. 8:128M; each a multiple of the element size")
 	fs.StringVar(&cfg.dtype, "dtype", "float32", "element type: float32|float64")
-	fs.StringVar(&cfg.algoName, "algo", "auto", "algorithm: auto|ring|rabenseifner|recursive-doubling; sparse: auto|ssar-rd|ssar-split|dsar|allgather")
+	fs.StringVar(&cfg.algoName, "algo", "auto", "algorithm: auto|ring|rabenseifner|recursive-doubling; sparse: auto|ssar-rd|ssar-split|dsar|allgather; sparse-allreduce takes a comma list, whose algorithms alternate iteration by iteration")
 	fs.StringVar(&v.redop, "redop", "sum", "reduction of allreduce and reduce-scatter (sum|avg|min|max) and of sparse-allreduce (sum|avg)")
 	fs.StringVar(&v.redop, "reduce", "sum", "the old name of --redop")
 	fs.IntVar(&cfg.root, "root", 0, "root rank of broadcast")
@@ -172,8 +176,8 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	if _, err := parseBindTo(cfg.bindTo); err != nil {
 		return nil, err
 	}
-	if cfg.algo, err = sparcml.ParseAlgo(cfg.algoName); err != nil {
-		return nil, usagef("--algo: %v", err)
+	if err := parseAlgos(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.redop, err = sparcml.ParseReduceOp(v.redop); err != nil {
 		return nil, usagef("--redop: %v", err)
@@ -333,4 +337,26 @@ func parseCount(s string) (int, error) {
 		return 0, fmt.Errorf("bad size %q (want e.g. 1024, 64K, 16M)", s)
 	}
 	return v * mult, nil
+}
+
+// parseAlgos reads --algo: one algorithm, or with --op sparse-allreduce a
+// comma list of distinct ones.
+func parseAlgos(cfg *benchConfig) error {
+	cfg.algos, cfg.algoNames = nil, nil
+	for _, name := range strings.Split(cfg.algoName, ",") {
+		name = strings.TrimSpace(name)
+		a, err := sparcml.ParseAlgo(name)
+		if err != nil {
+			return usagef("--algo: %v", err)
+		}
+		if slices.Contains(cfg.algoNames, name) {
+			return usagef("--algo names %s twice", name)
+		}
+		cfg.algos, cfg.algoNames = append(cfg.algos, a), append(cfg.algoNames, name)
+	}
+	if len(cfg.algos) > 1 && cfg.op != "sparse-allreduce" {
+		return usagef("--algo takes a list only with --op sparse-allreduce")
+	}
+	cfg.algo, cfg.algoName = cfg.algos[0], cfg.algoNames[0]
+	return nil
 }

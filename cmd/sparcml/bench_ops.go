@@ -46,7 +46,8 @@ type result struct {
 	NNZIn          int     `json:"nnz_in,omitempty"`
 	NNZOut         int     `json:"nnz_out,omitempty"`
 	PredictedBytes int64   `json:"predicted_bytes_per_rank,omitempty"`
-	Indices        string  `json:"indices,omitempty"` // exact sparse allreduce: raw or packed, as rank 0 sent them
+	PredictedUS    float64 `json:"predicted_us,omitempty"` // the model's time from the counts, counts exchange left out
+	Indices        string  `json:"indices,omitempty"`      // exact sparse allreduce: raw or packed, as rank 0 sent them
 	SpeedupVsDense float64 `json:"speedup_vs_dense,omitempty"`
 
 	// Overlap mode (--inflight): median times of communication alone,

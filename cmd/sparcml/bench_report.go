@@ -103,8 +103,11 @@ func (r *reporter) sparseRow(res result) {
 		speed = fmt.Sprintf("%.2fx", res.SpeedupVsDense)
 	}
 	name := res.AlgoChosen
-	if !strings.HasPrefix(res.Op, "sparse-") {
+	switch {
+	case !strings.HasPrefix(res.Op, "sparse-"):
 		name = "dense:" + name
+	case res.Algo == "auto":
+		name = "auto:" + name // the model's choice
 	}
 	fmt.Fprintf(r.w, "%10d %8.4f %11d %5s %18s %10.1f %10.1f %10.1f %10.1f %12d %12d %9s %7s %7s\n", res.N, res.Density, res.NNZIn,
 		res.Redop, name, res.TimeMin, res.TimeAvg, res.TimeMedian, res.TimeMax, res.BytesSent, res.PredictedBytes, speed,
@@ -139,7 +142,7 @@ func (res result) rounded() result {
 		&res.ComputeUS, &res.CommUS, &res.OverlapUS} {
 		*t = math.Round(*t*100) / 100
 	}
-	for _, x := range []*float64{&res.AlgBW, &res.BusBW, &res.SpeedupVsDense, &res.OverlapRatio} {
+	for _, x := range []*float64{&res.AlgBW, &res.BusBW, &res.SpeedupVsDense, &res.OverlapRatio, &res.PredictedUS} {
 		*x = significant(*x, 4)
 	}
 	return res

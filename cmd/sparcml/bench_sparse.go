@@ -75,9 +75,23 @@ func sparseInput[T sparcml.Float](n int, d float64, dist string, seed uint64, ra
 	return &sparcml.SparseVector[T]{Dim: n, Indices: idx, Values: vals}
 }
 
+// sparseCase is one algorithm of a sparse benchmark: its options, its
+// output, and what its timed iterations measured.
+type sparseCase[T sparcml.Float] struct {
+	name  string
+	opts  []sparcml.CallOption
+	out   *sparcml.SparseVector[T]
+	stats sparcml.SparseStats
+	times []float64
+	sent  uint64 // payload bytes this rank sent in the timed iterations
+	wrong int64
+}
+
 // benchSparse measures SparseAllreduce or SparseAllgather at dimension n
 // and density d, and with --vs-dense the dense allreduce of the same
-// vectors in the same run.
+// vectors in the same run. With several --algo the algorithms take turns
+// iteration by iteration, each iteration starting with the next one, so
+// that their times are measured side by side under the same load.
 func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, n int, d float64) ([]result, error) {
 	p, me := c.Size(), c.Rank()
 	inputs := make([]*sparcml.SparseVector[T], p)
@@ -99,23 +113,26 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 	}
 	// Values are in [1, 8], twice the dense inputs' largest magnitude.
 	tol := 2 * quantTolerance(cfg.quant, p, cfg.redop)
-	out := &sparcml.SparseVector[T]{}
 	gathered := make([]*sparcml.SparseVector[T], p)
 	var dense []T
-	var stats sparcml.SparseStats
-	opts := []sparcml.CallOption{sparcml.WithAlgo(cfg.algo), sparcml.WithQuant(cfg.quant), sparcml.WithIndices(cfg.indices)}
-	if cfg.balanced {
-		opts = append(opts, sparcml.WithBalancedRanges())
+	cases := make([]*sparseCase[T], len(cfg.algos))
+	for i, a := range cfg.algos {
+		cs := &sparseCase[T]{name: cfg.algoNames[i], out: &sparcml.SparseVector[T]{}, times: make([]float64, cfg.iters),
+			opts: []sparcml.CallOption{sparcml.WithAlgo(a), sparcml.WithQuant(cfg.quant), sparcml.WithIndices(cfg.indices)}}
+		if cfg.balanced {
+			cs.opts = append(cs.opts, sparcml.WithBalancedRanges())
+		}
+		cases[i] = cs
 	}
-	run := func() error {
+	run := func(cs *sparseCase[T]) error {
 		if cfg.op == "sparse-allgather" {
 			return sparcml.SparseAllgather(ctx, c, in, gathered)
 		}
 		var err error
-		stats, err = sparcml.SparseAllreduce(ctx, c, in, out, cfg.redop, opts...)
+		cs.stats, err = sparcml.SparseAllreduce(ctx, c, in, cs.out, cfg.redop, cs.opts...)
 		return err
 	}
-	verify := func() int64 {
+	verify := func(cs *sparseCase[T]) int64 {
 		if cfg.op == "sparse-allgather" {
 			var wrong int64
 			for r, v := range gathered {
@@ -124,60 +141,46 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 			}
 			return wrong
 		}
-		dense = out.ToDense(dense)
+		dense = cs.out.ToDense(dense)
 		return countWrong(dense, ref, tol, cfg.injectWrong)
 	}
-	times := make([]float64, cfg.iters)
-	var wrong int64
-	before := c.Stats()
 	for it := -cfg.warmup; it < cfg.iters; it++ {
-		if err := c.Barrier(ctx); err != nil {
-			return nil, err
-		}
-		if it == 0 {
-			before = c.Stats()
-		}
-		t0 := time.Now()
-		if err := run(); err != nil {
-			return nil, err
-		}
-		if it >= 0 {
-			times[it] = time.Since(t0).Seconds()
-			if cfg.check {
-				wrong += verify()
+		for j := range cases {
+			cs := cases[(j+it+cfg.warmup)%len(cases)]
+			if err := c.Barrier(ctx); err != nil {
+				return nil, err
+			}
+			before := c.Stats()
+			t0 := time.Now()
+			if err := run(cs); err != nil {
+				return nil, fmt.Errorf("--algo %s: %w", cs.name, err)
+			}
+			if it >= 0 {
+				cs.times[it] = time.Since(t0).Seconds()
+				cs.sent += c.Stats().Sub(before).BytesSent
+				if cfg.check {
+					cs.wrong += verify(cs)
+				}
 			}
 		}
 	}
-	sent := float64(c.Stats().Sub(before).BytesSent) / float64(cfg.iters)
-	op := sparseSized{n: n, bytes: int64(n) * int64(sparcml.ElemSize[T]())}
-	algo := stats.Algo
-	if cfg.op == "sparse-allgather" {
-		algo = sparcml.AlgoDirect
-	}
-	row, err := summarize(ctx, c, cfg, op, times, wrong, sent, algo, c.Transport())
-	if err != nil {
-		return nil, err
-	}
-	row.Density = d
-	row.NNZIn = in.NNZ()
-	if cfg.op == "sparse-allreduce" {
-		row.NNZOut = out.NNZ()
-		row.PredictedBytes = predictedBytes[T](c, cfg, stats, n, inputs)
-		if cfg.quant == sparcml.QuantNone && isSparseAlgo(stats.Algo) {
-			row.Indices = sparcml.IndexRaw.String()
-			if stats.PackedIndices {
-				row.Indices = sparcml.IndexPacked.String()
-			}
+	var rows []result
+	for _, cs := range cases {
+		row, err := sparseRow(ctx, c, cfg, cs, inputs, n, d)
+		if err != nil {
+			return nil, err
 		}
+		rows = append(rows, row)
 	}
-	rows := []result{row}
 	if cfg.vsDense && cfg.op == "sparse-allreduce" {
 		drows, err := denseOfSparse(ctx, c, cfg, in, ref, tol)
 		if err != nil {
 			return nil, err
 		}
-		if drows[0].TimeMedian > 0 && row.TimeMedian > 0 {
-			rows[0].SpeedupVsDense = drows[0].TimeMedian / row.TimeMedian
+		for i := range rows {
+			if drows[0].TimeMedian > 0 && rows[i].TimeMedian > 0 {
+				rows[i].SpeedupVsDense = drows[0].TimeMedian / rows[i].TimeMedian
+			}
 		}
 		drows[0].Density, drows[0].NNZIn = d, in.NNZ() // of the vectors it densified
 		rows = append(rows, drows[0])
@@ -185,31 +188,64 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 	return rows, nil
 }
 
-// predictedBytes is the model's prediction of the bytes a rank sends from
-// the nonzero counts alone (what AlgoAuto sees), the largest over ranks
-// like the measurement.
-func predictedBytes[T sparcml.Float](c *sparcml.Comm, cfg *benchConfig, stats sparcml.SparseStats, n int, inputs []*sparcml.SparseVector[T]) int64 {
-	p, algo := c.Size(), stats.Algo
+// sparseRow is the result row of one algorithm of benchSparse.
+func sparseRow[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, cs *sparseCase[T], inputs []*sparcml.SparseVector[T], n int, d float64) (result, error) {
+	op := sparseSized{n: n, bytes: int64(n) * int64(sparcml.ElemSize[T]())}
+	algo := cs.stats.Algo
+	if cfg.op == "sparse-allgather" {
+		algo = sparcml.AlgoDirect
+	}
+	ccfg := *cfg
+	ccfg.algoName = cs.name
+	sent := float64(cs.sent) / float64(cfg.iters)
+	row, err := summarize(ctx, c, &ccfg, op, cs.times, cs.wrong, sent, algo, c.Transport())
+	if err != nil {
+		return result{}, err
+	}
+	row.Density = d
+	row.NNZIn = inputs[c.Rank()].NNZ()
+	if cfg.op == "sparse-allreduce" {
+		row.NNZOut = cs.out.NNZ()
+		row.PredictedBytes, row.PredictedUS = predicted[T](c, cfg, cs.stats, n, inputs)
+		if cfg.quant == sparcml.QuantNone && isSparseAlgo(cs.stats.Algo) {
+			row.Indices = sparcml.IndexRaw.String()
+			if cs.stats.PackedIndices {
+				row.Indices = sparcml.IndexPacked.String()
+			}
+		}
+	}
+	return row, nil
+}
+
+// predicted is the model's prediction from the nonzero counts alone (what
+// AlgoAuto sees) of the bytes a rank sends, the largest over ranks like
+// the measurement, and of the time in microseconds, for the algorithm and
+// index wire that ran (the counts exchange left out).
+func predicted[T sparcml.Float](c *sparcml.Comm, cfg *benchConfig, stats sparcml.SparseStats, n int, inputs []*sparcml.SparseVector[T]) (bytes int64, us float64) {
+	p, algo, m := c.Size(), stats.Algo, c.CostModel()
 	vs := sparcml.ElemSize[T]()
-	var most int64
 	if algo == sparcml.AlgoRing || algo == sparcml.AlgoRabenseifner || algo == sparcml.AlgoRecursiveDoubling {
 		for r := 0; r < p; r++ {
-			most = max(most, sparcml.AllreduceBytesSent(algo, n, vs, p, r))
+			bytes = max(bytes, sparcml.AllreduceBytesSent(algo, n, vs, p, r))
 		}
-		return most
+		secs, _ := m.PredictAllreduce(algo, n*vs, p)
+		return bytes, secs * 1e6
 	}
 	nnz := make([]int, p)
 	for r, v := range inputs {
 		nnz[r] = v.NNZ()
 	}
-	pred := c.CostModel().PredictSparseQuant(algo, p, n, vs, cfg.quant, nnz)
+	pred := m.PredictSparseQuant(algo, p, n, vs, cfg.quant, nnz)
 	if cfg.quant == sparcml.QuantNone && stats.PackedIndices {
-		pred = c.CostModel().PredictSparsePacked(algo, p, n, vs, nnz)
+		pred = m.PredictSparsePacked(algo, p, n, vs, nnz)
 	}
 	for _, b := range pred.BytesSent {
-		most = max(most, b)
+		bytes = max(bytes, b)
 	}
-	return most
+	if math.IsInf(pred.Seconds, 0) {
+		return bytes, 0 // a refused combination: no figure
+	}
+	return bytes, pred.Seconds * 1e6
 }
 
 // isSparseAlgo says whether a is one of the sparse schedules (not the

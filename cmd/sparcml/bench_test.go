@@ -46,6 +46,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--transport", "carrier-pigeon"}, {"--quant", "q3"}, {"--iters", "0"}, {"--dist", "normal"},
 		{"--inflight", "2", "--op", "broadcast"}, {"--quant", "q4", "--op", "broadcast"}, {"stray"},
 		{"--window", "0", "--op", "p2p"}, {"--window", "4", "--op", "allreduce"},
+		{"--algo", "ring,auto"}, {"--op", "sparse-allreduce", "--algo", "dsar,dsar"}, {"--op", "sparse-allreduce", "--algo", "dsar,"},
 	} {
 		if _, err := parseBenchFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
@@ -56,6 +57,10 @@ func TestBenchFlagErrors(t *testing.T) {
 	cfg, err := parseBenchFlags([]string{"--op", "sparse-allreduce", "--algo", "dsar", "--density", "0.5", "--quant", "q4"})
 	if err != nil || cfg.op != "sparse-allreduce" || cfg.densities[0] != 0.5 {
 		t.Fatalf("valid flags rejected: %v", err)
+	}
+	cfg, err = parseBenchFlags([]string{"--op", "sparse-allreduce", "--algo", "dsar, auto"})
+	if err != nil || !slices.Equal(cfg.algoNames, []string{"dsar", "auto"}) || cfg.algoName != "dsar" || len(cfg.algos) != 2 {
+		t.Fatalf("--algo list: %+v, %v", cfg, err)
 	}
 }
 

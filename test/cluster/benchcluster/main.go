@@ -3,8 +3,9 @@
 // cluster up, checks its links (a two-host stream, and every host streaming
 // to the next at once), then runs the dense and sparse allreduce cases of
 // `sparcml bench` and the Open MPI peers (bench/mpi) across the same hosts,
-// alternating the two systems case by case, and writes one JSON line per
-// result. `make bench-cluster` runs it; test/cluster/plot turns the lines
+// alternating the two systems case by case (a sparse case's algorithms,
+// auto among them, take turns iteration by iteration in one launch), and
+// writes one JSON line per result. `make bench-cluster` runs it; test/cluster/plot turns the lines
 // into a table and a plot.
 package main
 
@@ -217,21 +218,22 @@ func (r *runner) cases() {
 			}
 		}
 		for _, quant := range r.c.quants {
-			for _, algo := range r.c.sparseAlgo {
-				if algo == "ssar-rd" && quant != "none" {
-					continue // refused by design: it would re-quantize partial sums every round
+			algos := slices.DeleteFunc(slices.Clone(r.c.sparseAlgo), func(a string) bool {
+				return a == "ssar-rd" && quant != "none" // refused by design: it would re-quantize partial sums every round
+			})
+			for _, idx := range r.c.indices {
+				if idx != "auto" && quant != "none" {
+					continue // lossy codecs always pack their indices
 				}
-				for _, idx := range r.c.indices {
-					if idx != "auto" && quant != "none" {
-						continue // lossy codecs always pack their indices
-					}
-					extra := map[string]any{"system": "sparcml", "dist": dist, "quant": quant}
-					if idx != "auto" {
-						extra["indices_forced"] = idx
-					}
-					r.note(r.sparcml(extra, "--op", "sparse-allreduce", "--algo", algo, "--dist", dist, "--quant", quant,
-						"--indices", idx, "--sizes", strconv.Itoa(r.c.n), "--density", r.c.densities))
+				extra := map[string]any{"system": "sparcml", "dist": dist, "quant": quant}
+				if idx != "auto" {
+					extra["indices_forced"] = idx
 				}
+				// One launch for all the algorithms, which take turns
+				// iteration by iteration: auto and the forced ones are
+				// timed side by side under the same load.
+				r.note(r.sparcml(extra, "--op", "sparse-allreduce", "--algo", strings.Join(algos, ","), "--dist", dist, "--quant", quant,
+					"--indices", idx, "--sizes", strconv.Itoa(r.c.n), "--density", r.c.densities))
 			}
 		}
 	}
