@@ -217,7 +217,7 @@ func TestUserSequenceNumbersStartAtOne(t *testing.T) {
 }
 
 // A failure of the start-up calibration names the operation as the
-// library's, once: "sparcml: rank 0: start-up allreduce seq 1 ...".
+// library's, once: "sparcml: rank 0: start-up barrier seq 1 ...".
 func TestCalibrationErrorSaysStartUp(t *testing.T) {
 	clearEnv(t)
 	comms, err := Local(2)
@@ -230,7 +230,7 @@ func TestCalibrationErrorSaysStartUp(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrPeerLost)
 	msg := err.Error()
-	assert.True(t, strings.HasPrefix(msg, "sparcml: rank 0: start-up allreduce seq 1"), msg)
+	assert.True(t, strings.HasPrefix(msg, "sparcml: rank 0: start-up barrier seq 1"), msg)
 	assert.Equal(t, 1, strings.Count(msg, "sparcml:"), msg)
 	assert.Equal(t, 1, strings.Count(msg, "rank 0:"), msg)
 	// The user's numbering has not moved.

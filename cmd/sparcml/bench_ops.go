@@ -50,6 +50,9 @@ type result struct {
 	Indices        string  `json:"indices,omitempty"`      // exact sparse allreduce: raw or packed, as rank 0 sent them
 	SpeedupVsDense float64 `json:"speedup_vs_dense,omitempty"`
 
+	// Model is the cost model the job calibrated at start-up.
+	Model *modelFigures `json:"cost_model,omitempty"`
+
 	// Overlap mode (--inflight): median times of communication alone,
 	// compute alone and both overlapped, and overlapped / (comm + compute).
 	Inflight     int     `json:"inflight,omitempty"`
@@ -57,6 +60,28 @@ type result struct {
 	CommUS       float64 `json:"comm_us,omitempty"`
 	OverlapUS    float64 `json:"overlap_us,omitempty"`
 	OverlapRatio float64 `json:"overlap_ratio,omitempty"`
+}
+
+// modelFigures are a cost model's parameters in the units the docs quote.
+type modelFigures struct {
+	AlphaUS         float64 `json:"alpha_us"`
+	BetaGBps        float64 `json:"beta_gbps"`
+	GammaGBps       float64 `json:"gamma_gbps"`
+	SparseGammaGBps float64 `json:"sparse_gamma_gbps"`
+	IndexCodecNS    float64 `json:"index_codec_ns"`
+}
+
+// figuresOf is the cost model c calibrated.
+func figuresOf(c *sparcml.Comm) *modelFigures {
+	m := c.CostModel()
+	perSec := func(secsPerByte float64) float64 {
+		if secsPerByte <= 0 {
+			return 0 // not calibrated: the default stands in
+		}
+		return significant(1/secsPerByte/1e9, 4)
+	}
+	return &modelFigures{AlphaUS: significant(m.Alpha*1e6, 4), BetaGBps: perSec(m.Beta), GammaGBps: perSec(m.Gamma),
+		SparseGammaGBps: perSec(m.SparseGamma), IndexCodecNS: significant(m.IndexCodec*1e9, 4)}
 }
 
 // benchOp is one operation at one size on this rank.

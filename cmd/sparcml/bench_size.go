@@ -115,7 +115,7 @@ func summarize(ctx context.Context, c *sparcml.Comm, cfg *benchConfig, op benchO
 func newRow(cfg *benchConfig, c *sparcml.Comm, algo sparcml.Algo, transportName string) result {
 	r := result{
 		Op: cfg.op, Algo: cfg.algoName, AlgoChosen: algo.String(), Transport: transportName,
-		NP: c.Size(), DType: cfg.dtype, Check: "skipped", Redop: "none", Root: -1,
+		NP: c.Size(), DType: cfg.dtype, Check: "skipped", Redop: "none", Root: -1, Model: figuresOf(c),
 	}
 	if slices.Contains(reducingOps, cfg.op) {
 		r.Redop = cfg.redop.String()
