@@ -5,8 +5,8 @@
 // `sparcml bench` and the Open MPI peers (bench/mpi) across the same hosts,
 // alternating the two systems case by case (a sparse case's algorithms,
 // auto among them, take turns iteration by iteration in one launch), and
-// writes one JSON line per result. `make bench-cluster` runs it; test/cluster/plot turns the lines
-// into a table and a plot.
+// writes one JSON line per result. `make bench-cluster` runs it;
+// test/cluster/plot turns the lines into a table and a plot.
 package main
 
 import (
