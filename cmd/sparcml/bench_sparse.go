@@ -241,6 +241,11 @@ func predicted[T sparcml.Float](c *sparcml.Comm, cfg *benchConfig, stats sparcml
 	for _, b := range pred.BytesSent {
 		bytes = max(bytes, b)
 	}
+	if math.IsInf(pred.Seconds, 0) {
+		// AlgoHierarchical, which this model does not price: no figure
+		// (JSON has no infinity).
+		return bytes, 0
+	}
 	return bytes, pred.Seconds * 1e6
 }
 
