@@ -89,7 +89,9 @@ func runBench(cfg *benchConfig, env *config.Settings) error {
 		}
 		p.clear()
 		for _, r := range res {
-			out.row(r)
+			if err := out.row(r); err != nil {
+				return err
+			}
 		}
 	}
 	out.close()
@@ -114,7 +116,9 @@ func runSparseBench(ctx context.Context, comm *sparcml.Comm, cfg *benchConfig, o
 				return err
 			}
 			for _, r := range res {
-				out.row(r)
+				if err := out.row(r); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -31,14 +31,20 @@ var csvHeader = []string{"op", "algo", "algo_chosen", "transport", "np", "n", "d
 	"time_us_min", "time_us_median", "time_us_max", "algbw_gbps", "busbw_gbps", "bytes_sent_per_rank", "check", "max_rss_bytes",
 	"redop", "root", "time_us_avg", "wrong"}
 
-func (r *reporter) row(res result) {
+// row records res and prints it. A row that cannot be encoded (a
+// non-finite figure in JSON) is an error, not a line left out: readers
+// of the output count its rows.
+func (r *reporter) row(res result) error {
 	r.rows = append(r.rows, res)
 	if !r.active {
-		return
+		return nil
 	}
 	switch r.format {
 	case "json":
-		b, _ := json.Marshal(res.rounded())
+		b, err := json.Marshal(res.rounded())
+		if err != nil {
+			return fmt.Errorf("bench: the %s row of %s at n=%d: %w", res.Algo, res.Op, res.N, err)
+		}
 		fmt.Fprintln(r.w, string(b))
 	case "csv":
 		r.csvRow(res)
@@ -52,6 +58,7 @@ func (r *reporter) row(res result) {
 			r.denseRow(res)
 		}
 	}
+	return nil
 }
 
 func (r *reporter) csvRow(res result) {

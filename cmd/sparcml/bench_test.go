@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -182,6 +183,23 @@ func TestJSONRounding(t *testing.T) {
 	got := r.rounded()
 	if got.TimeMin != 12.35 || got.TimeMedian != 1234.57 || got.AlgBW != 0.0001235 || got.BusBW != 12.35 || got.SpeedupVsDense != 2.718 {
 		t.Errorf("rounded: %+v", got)
+	}
+}
+
+// A row JSON cannot encode fails the run instead of vanishing from the
+// output while the run exits 0.
+func TestJSONRowThatCannotEncodeIsAnError(t *testing.T) {
+	var out strings.Builder
+	rep := newReporter(&out, "json", true)
+	if err := rep.row(result{Op: "sparse-allreduce", Algo: "auto", N: 16, PredictedUS: 5}); err != nil {
+		t.Fatalf("finite row: %v", err)
+	}
+	err := rep.row(result{Op: "sparse-allreduce", Algo: "hierarchical", N: 16, PredictedUS: math.Inf(1)})
+	if err == nil || !strings.Contains(err.Error(), "hierarchical") {
+		t.Fatalf("row with an infinite prediction: err = %v", err)
+	}
+	if lines := strings.Count(out.String(), "\n"); lines != 1 {
+		t.Errorf("%d lines written, want the finite row's alone:\n%s", lines, out.String())
 	}
 }
 
