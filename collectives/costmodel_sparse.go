@@ -349,7 +349,7 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 		size := make([]int64, p)
 		for r, v := range inputs {
 			size[r] = spAgreeHeader
-			if opts.Balanced && v.NNZ() > 0 {
+			if spSamples(opts) && v.NNZ() > 0 {
 				size[r] += 4 * int64(spSampleCount(p))
 			}
 		}

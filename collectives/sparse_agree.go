@@ -20,7 +20,8 @@ import (
 //	6  2  reserved (0)
 //	8  8  stored entries of the rank's input
 //	16 24 the cost model: Alpha, Beta, Gamma as float64 bits
-//	40 4  q, number of index samples that follow (0 unless balanced)
+//	40 4  q, number of index samples that follow (0 for an empty input,
+//	      or when neither balanced nor AlgoAuto: spSamples)
 //	44 4  reserved (0)
 //	48 4q the samples: indices at evenly spaced ranks of the input's support
 const (
@@ -34,6 +35,11 @@ const (
 // ranges: 16 per range, at least 32 and at most 256, so the boundaries land
 // within about 1/16 of a range's share of the nonzeros.
 func spSampleCount(p int) int { return min(max(16*p, 32), 256) }
+
+// spSamples says whether the agreement carries index samples: for
+// balanced ranges when asked, and always under AlgoAuto, which runs
+// ssar-split on balanced ranges (splitBounds).
+func spSamples(opts SparseOptions) bool { return opts.Balanced || opts.Algo == AlgoAuto }
 
 // spAgreement is what every rank learned from the exchange: identical on
 // all ranks, so every decision taken from it is too.
@@ -56,7 +62,7 @@ func (a *spAgreement) total() int64 {
 // same options and returns what they reported.
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	q := 0
-	if opts.Balanced {
+	if spSamples(opts) {
 		q = spSampleCount(c.p)
 	}
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]

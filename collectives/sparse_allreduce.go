@@ -30,6 +30,9 @@ type SparseOptions struct {
 	// Balanced places the split algorithms' range boundaries at quantiles
 	// of where the nonzeros are (sampled on every rank), instead of equal
 	// ranges, so that an owner of a popular range is not a hot spot.
+	// AlgoAuto does so for ssar-split whatever Balanced says, and keeps
+	// DSAR's ranges equal unless Balanced is set (DSAR's last phase moves
+	// the ranges dense, so the longest sets its time).
 	Balanced bool
 	// DenseOut asks for the result in dense form even when sparse is
 	// smaller (the output vector's Values buffer is reused).
@@ -198,10 +201,7 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	case AlgoSSARRecursiveDoubling:
 		err = ssarRecursiveDoubling(c, out, opts.DenseOut)
 	case AlgoSSARSplitAllgather, AlgoDSAR:
-		c.bounds = spEqualBounds(in.Dim, c.p)
-		if opts.Balanced {
-			c.bounds = ag.balancedBounds(in.Dim, c.p)
-		}
+		c.bounds = splitBounds(algo, opts, ag, in.Dim, c.p)
 		st.Bounds = c.bounds
 		if algo == AlgoDSAR {
 			err = dsarAllreduce(c, out)
@@ -221,6 +221,25 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	}
 	st.NNZOut = out.NNZ()
 	return st, nil
+}
+
+// splitBounds are the index ranges split algorithm algo runs on: balanced
+// (ag.balancedBounds) when opts ask for them, and under AlgoAuto for
+// ssar-split; equal otherwise. On a skewed support the owner of a popular
+// equal range receives most of every rank's entries and sets ssar-split's
+// time, and balanced ranges make each owner's share the 1/P the model
+// prices; on a uniform one they land on the equal bounds, give or take
+// the samples' resolution. DSAR keeps equal ranges unless asked: its last
+// phase allgathers the ranges dense, so the longest one sets its time.
+// Benchmark: sparcml bench --op sparse-allreduce --dist powerlaw --algo
+// ssar-split,allgather,dsar,auto with and without --balanced on the
+// emulated cluster (docs/PERFORMANCE.md, "Balanced ranges on a power-law
+// support").
+func splitBounds(algo Algo, opts SparseOptions, ag *spAgreement, dim, p int) []int {
+	if opts.Balanced || (opts.Algo == AlgoAuto && algo == AlgoSSARSplitAllgather) {
+		return ag.balancedBounds(dim, p)
+	}
+	return spEqualBounds(dim, p)
 }
 
 // spDesc is the descriptor of a sparse collective's messages: the

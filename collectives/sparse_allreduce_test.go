@@ -441,15 +441,29 @@ func TestSparseAllgather(t *testing.T) {
 
 // TestSparseBalancedRangesEvenOutOwners: on a power-law support, ranges
 // from index quantiles put far fewer entries on the busiest owner than
-// equal ranges.
+// equal ranges: when asked (Balanced), and under AlgoAuto when it runs
+// ssar-split; under AlgoAuto DSAR keeps equal ranges.
 func TestSparseBalancedRangesEvenOutOwners(t *testing.T) {
 	const p, dim = 8, 1 << 20
-	in := spInputs[float32](rand.New(rand.NewPCG(10, 10)), p, dim, "skewed")
-	_, stats, _, errs := spRun(t, in, collectives.SparseOptions{Algo: collectives.AlgoSSARSplitAllgather, Balanced: true})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+	// Power law, most entries near index 0, more entries in all than
+	// SSAR recursive doubling is considered for (rdMaxEntries), so that
+	// the split algorithms are AlgoAuto's candidates.
+	rng := rand.New(rand.NewPCG(10, 10))
+	in := make([]*sparse.Vector[float32], p)
+	for r := range in {
+		idx := make([]uint32, 3000)
+		for i := range idx {
+			idx[i] = uint32(float64(dim) * math.Pow(rng.Float64(), 6))
 		}
+		v, err := sparse.FromUnsorted(dim, idx, slices.Repeat([]float32{1}, len(idx)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in[r] = v
+	}
+	equal := make([]int, p+1)
+	for i := range equal {
+		equal[i] = dim * i / p
 	}
 	maxLoad := func(bounds []int) (worst, total int) {
 		for q := range p {
@@ -465,15 +479,54 @@ func TestSparseBalancedRangesEvenOutOwners(t *testing.T) {
 		}
 		return worst, total
 	}
-	equal := make([]int, p+1)
-	for i := range equal {
-		equal[i] = dim * i / p
+	nnz := make([]int, p)
+	for r, v := range in {
+		nnz[r] = v.NNZ()
 	}
-	eq, total := maxLoad(equal)
-	bal, _ := maxLoad(stats[0].Bounds)
-	t.Logf("busiest owner: %d entries with equal ranges, %d balanced (ideal %d)", eq, bal, total/p)
-	if bal*2 > eq || bal > 2*total/p {
-		t.Fatalf("balanced ranges do not balance: busiest owner %d vs %d equal, ideal %d", bal, eq, total/p)
+	// Models under which AlgoAuto picks each split algorithm here: slow
+	// sparse merges with a fast network favour ssar-split, whose owners
+	// each merge an eighth of what allgather has every rank merge; a
+	// merge slower still, and a network faster, DSAR's dense sums.
+	splitModel := collectives.CostModel{Alpha: 1e-9, Beta: 1e-8, Gamma: 1e-9, SparseGamma: 1e-7}
+	dsarModel := collectives.CostModel{Alpha: 1e-9, Beta: 1e-9, Gamma: 1e-9, SparseGamma: 1e-6}
+	for _, tc := range []struct {
+		name     string
+		opts     collectives.SparseOptions
+		want     collectives.Algo
+		balanced bool
+	}{
+		{"ssar-split balanced", collectives.SparseOptions{Algo: collectives.AlgoSSARSplitAllgather, Balanced: true}, collectives.AlgoSSARSplitAllgather, true},
+		{"auto ssar-split", collectives.SparseOptions{Algo: collectives.AlgoAuto, Model: splitModel}, collectives.AlgoSSARSplitAllgather, true},
+		{"auto dsar", collectives.SparseOptions{Algo: collectives.AlgoAuto, Model: dsarModel}, collectives.AlgoDSAR, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.opts.Algo == collectives.AlgoAuto {
+				if a := tc.opts.Model.ChooseSparseOrDense(p, dim, 4, nnz); a != tc.want {
+					t.Fatalf("the model chooses %v, not %v: the case no longer tests it", a, tc.want)
+				}
+			}
+			_, stats, _, errs := spRun(t, in, tc.opts)
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			if stats[0].Algo != tc.want {
+				t.Fatalf("ran %v, want %v", stats[0].Algo, tc.want)
+			}
+			if !tc.balanced {
+				if !slices.Equal(stats[0].Bounds, equal) {
+					t.Fatalf("bounds %v, want equal ranges %v", stats[0].Bounds, equal)
+				}
+				return
+			}
+			eq, total := maxLoad(equal)
+			bal, _ := maxLoad(stats[0].Bounds)
+			t.Logf("busiest owner: %d entries with equal ranges, %d balanced (ideal %d)", eq, bal, total/p)
+			if bal*2 > eq || bal > 2*total/p {
+				t.Fatalf("balanced ranges do not balance: busiest owner %d vs %d equal, ideal %d", bal, eq, total/p)
+			}
+		})
 	}
 }
 
