@@ -82,6 +82,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return nil, failInit(ctx, err, env.Rank, store, initTimeout)
 	}
 	c := newComm(t, env.Timeout, log)
+	c.plans.every = s.SparseAgreeEvery
 	c.store = store
 	c.topo, c.sys.topo = topo, topo
 	c.startDiag(s, store)

@@ -124,6 +124,8 @@ type Comm struct {
 
 	deadlines sharedDeadlines // the default timeout's contexts (deadline.go)
 
+	plans sparsePlans // the sparse allreduces' decisions, for reuse (sparseplan.go)
+
 	// world is the state shared by every communicator over the job's
 	// transport (split.go); members maps this communicator's ranks to
 	// the transport's, nil for the job's own communicator.
@@ -349,6 +351,7 @@ func NewComm(t transport.Transport, opts ...Option) *Comm {
 
 func newCommOptions(t transport.Transport, o options, s *config.Settings) *Comm {
 	c := newComm(t, o.timeout, newLogger(o, s).WithRank(t.Rank()))
+	c.plans.every = s.SparseAgreeEvery
 	c.startDiag(s, nil)
 	return c
 }

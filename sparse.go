@@ -67,9 +67,15 @@ func WithDenseOutput() CallOption { return func(c *callConfig) { c.denseOut = tr
 // whichever form is smaller (dense with WithDenseOutput or AlgoDSAR) and
 // its buffers are reused. By default the cost model chooses the algorithm
 // from every rank's nonzero count; WithAlgo forces one.
+//
+// Under AlgoAuto or WithBalancedRanges the ranks first exchange their
+// counts and index samples; the communicator reuses the decision made from
+// them for the calls with the same dimension, value type and options that
+// follow, and exchanges again every SPARCML_SPARSE_AGREE_EVERY calls
+// (SparseStats.Reused says which calls reused one).
 func SparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVector[T], red ReduceOp, opts ...CallOption) (SparseStats, error) {
 	var st SparseStats
-	err := c.run(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, red, &st), opts)
+	err := c.run(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, red, &st, sparseTicket(c, in, red, opts)), opts)
 	return st, err
 }
 
@@ -78,20 +84,35 @@ func SparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVecto
 // SparseStats are valid once it has completed.
 func StartSparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVector[T], red ReduceOp, opts ...CallOption) *Request {
 	st := &SparseStats{}
-	r := c.start(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, red, st), opts)
+	r := c.start(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, red, st, sparseTicket(c, in, red, opts)), opts)
 	r.sparse = st
 	return r
 }
 
-func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], red ReduceOp, st *SparseStats) opFunc {
+func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], red ReduceOp, st *SparseStats, tk planTicket) opFunc {
 	return func(op *collectives.Op, cc callConfig) (Algo, error) {
+		defer tk.keep(nil) // a call that made no plan
+		plan, err := tk.plan(op.Ctx)
+		if err != nil {
+			return cc.algo, op.Fail(err)
+		}
 		s, err := collectives.SparseAllreduce(op, in, out, collectives.SparseOptions{
 			Reduce: red, Algo: cc.algo, Model: c.model, Balanced: cc.balanced, DenseOut: cc.denseOut,
-			Quant: cc.quant, QuantSeed: quantSeed(op.Rank(), op.Seq), Indices: cc.indices,
+			Quant: cc.quant, QuantSeed: quantSeed(op.Rank(), op.Seq), Indices: cc.indices, Plan: plan,
 		})
+		tk.keep(s.Plan)
 		*st = s
 		return s.Algo, err
 	}
+}
+
+// sparseTicket takes a sparse allreduce's turn in the communicator's plans
+// (sparseplan.go), in start order; none when the call will not run.
+func sparseTicket[T Float](c *Comm, in *SparseVector[T], red ReduceOp, opts []CallOption) planTicket {
+	if in == nil || c.usable("sparse-allreduce") != nil {
+		return planTicket{}
+	}
+	return c.plans.ticket(sparseKeyOf[T](in.Dim, red, c.callConfig(opts)))
 }
 
 // SparseAllgather delivers every rank's sparse vector to every rank: on

@@ -94,7 +94,7 @@ func (c *Comm) derive(id uint32, group []int) (*Comm, error) {
 	pool := &collectives.Buffers{}
 	topo := subTopology(c.topo, group)
 	n := &Comm{t: t, id: id, timeout: c.timeout, pool: pool, model: c.model,
-		log: c.log, world: c.world, members: members, topo: topo}
+		log: c.log, world: c.world, members: members, topo: topo, plans: sparsePlans{every: c.plans.every}}
 	n.sys = &Comm{t: t, id: id | sysCommBit, timeout: c.timeout, pool: pool, model: c.model,
 		log: c.log, world: c.world, members: members, topo: topo}
 	if !c.world.register(n) {

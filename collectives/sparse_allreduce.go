@@ -59,6 +59,12 @@ type SparseOptions struct {
 	// force one. Messages say in-band which they carry, so ranks may
 	// pass different ones. Ignored with a lossy Quant.
 	Indices IndexWire
+	// Plan, from an earlier call's SparseStats.Plan, runs this call on
+	// that call's decisions (algorithm, index wire, ranges) without the
+	// counts exchange of AlgoAuto or Balanced; it must have been made
+	// with the same dimension, value type and options, else the call
+	// fails with ErrInvalid. Every rank must pass the same plan or none.
+	Plan *SparsePlan
 }
 
 // SparseStats describes one SparseAllreduce on this rank.
@@ -75,6 +81,11 @@ type SparseStats struct {
 	// TotalNNZIn and the predictions are known only then.
 	Agreed     bool
 	TotalNNZIn int64
+	// Plan is what this call decided from the counts exchange, for later
+	// calls to reuse (SparseOptions.Plan); nil when it exchanged none.
+	Plan *SparsePlan
+	// Reused says the call ran SparseOptions.Plan, without the exchange.
+	Reused bool
 	// PredictedBytes is the model's estimate of the payload bytes this
 	// rank sends and PredictedSeconds of the operation's time, counts
 	// exchange included (see CostModel.PredictSparse).
@@ -165,49 +176,24 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	if err := c.setQuant(opts.Quant, opts.QuantSeed); err != nil {
 		return st, err
 	}
-	algo := opts.Algo
-	wire := spWireOf[T](opts.Quant)
-	var ag *spAgreement
-	if opts.Algo == AlgoAuto || opts.Balanced {
-		var err error
-		if ag, err = c.agree(opts); err != nil {
-			return st, err
-		}
-		st.Agreed, st.TotalNNZIn = true, ag.total()
-		if algo == AlgoAuto {
-			algo = opts.Model.chooseSparseOrDense(c.p, in.Dim, wire, ag.nnz)
-		}
-		wire = spChooseWire(opts.Model, opts, algo, c.p, in.Dim, in.NNZ(), wire, ag.nnz)
-		if isAllreduceAlgo(algo) {
-			secs, bytes := opts.Model.PredictAllreduce(algo, in.Dim*sparse.ValueSize[T](), c.p)
-			st.PredictedBytes = bytes + ag.bytesSent[c.rank]
-			st.PredictedSeconds = secs + ag.seconds
-		} else {
-			pred := spPredict(opts.Model, algo, c.p, in.Dim, wire, spUniform{nnz: ag.nnz, dim: in.Dim}, nil)
-			st.PredictedBytes = pred.BytesSent[c.rank] + ag.bytesSent[c.rank]
-			st.PredictedSeconds = pred.Seconds + ag.seconds
-		}
+	pl, err := c.decide(opts, &st)
+	if err != nil {
+		return st, err
 	}
-	if ag == nil {
-		wire = spChooseWire(opts.Model, opts, algo, c.p, in.Dim, in.NNZ(), wire, nil)
-	}
-	c.packed, st.PackedIndices = wire.packed, wire.packed
+	algo := pl.algo
+	c.packed, st.PackedIndices = pl.packed, pl.packed
+	c.bounds, st.Bounds = pl.bounds, pl.bounds
 	st.Algo = algo
 	op.Desc.Algo = uint8(algo)
-	var err error
 	switch algo {
 	case AlgoRing, AlgoRabenseifner, AlgoRecursiveDoubling:
 		err = denseSparseAllreduce(op, in, out, opts.Reduce, algo)
 	case AlgoSSARRecursiveDoubling:
 		err = ssarRecursiveDoubling(c, out, opts.DenseOut)
-	case AlgoSSARSplitAllgather, AlgoDSAR:
-		c.bounds = splitBounds(algo, opts, ag, in.Dim, c.p)
-		st.Bounds = c.bounds
-		if algo == AlgoDSAR {
-			err = dsarAllreduce(c, out)
-		} else {
-			err = ssarSplitAllgather(c, out, opts.DenseOut)
-		}
+	case AlgoDSAR:
+		err = dsarAllreduce(c, out)
+	case AlgoSSARSplitAllgather:
+		err = ssarSplitAllgather(c, out, opts.DenseOut)
 	case AlgoSparseAllgather:
 		err = allgatherAllreduce(c, out, opts.DenseOut)
 	}
@@ -221,25 +207,6 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	}
 	st.NNZOut = out.NNZ()
 	return st, nil
-}
-
-// splitBounds are the index ranges split algorithm algo runs on: balanced
-// (ag.balancedBounds) when opts ask for them, and under AlgoAuto for
-// ssar-split; equal otherwise. On a skewed support the owner of a popular
-// equal range receives most of every rank's entries and sets ssar-split's
-// time, and balanced ranges make each owner's share the 1/P the model
-// prices; on a uniform one they land on the equal bounds, give or take
-// the samples' resolution. DSAR keeps equal ranges unless asked: its last
-// phase allgathers the ranges dense, so the longest one sets its time.
-// Benchmark: sparcml bench --op sparse-allreduce --dist powerlaw --algo
-// ssar-split,allgather,dsar,auto with and without --balanced on the
-// emulated cluster (docs/PERFORMANCE.md, "Balanced ranges on a power-law
-// support").
-func splitBounds(algo Algo, opts SparseOptions, ag *spAgreement, dim, p int) []int {
-	if opts.Balanced || (opts.Algo == AlgoAuto && algo == AlgoSSARSplitAllgather) {
-		return ag.balancedBounds(dim, p)
-	}
-	return spEqualBounds(dim, p)
 }
 
 // spDesc is the descriptor of a sparse collective's messages: the

@@ -31,7 +31,9 @@ type Settings struct {
 	Timeout     time.Duration // 0: no default deadline
 	InitTimeout time.Duration // 0: Init unbounded
 	Calibrate   bool
-	OnPeerLoss  string // "abort" or "revoke"
+	// SparseAgreeEvery: calls of a sparse allreduce per counts exchange.
+	SparseAgreeEvery int
+	OnPeerLoss       string // "abort" or "revoke"
 
 	// Fault diagnosis.
 	StallWarn time.Duration // 0: no stall warning

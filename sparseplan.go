@@ -1,0 +1,128 @@
+package sparcml
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sparcml/sparcml/collectives"
+)
+
+// A sparse allreduce under AlgoAuto or WithBalancedRanges exchanges every
+// rank's entry count and index samples before it moves any data, and
+// decides from them its algorithm, index wire and ranges: ceil(log2 P)
+// message rounds and the model's choice, on every call. A training loop
+// calls it with the same tensor every step, whose counts change little,
+// so a communicator keeps each decision (collectives.SparsePlan) and
+// reuses it for the calls with the same dimension, value type and options
+// that follow, exchanging again every SPARCML_SPARSE_AGREE_EVERY calls,
+// as Horovod's response cache spares the repeated negotiation of a tensor.
+//
+// Every rank must make the same decisions, so whether a call exchanges or
+// reuses is settled when it starts, in start order, from the calls started
+// before it alone: a call of the key's every-th turn exchanges and leaves
+// its plan for the next ones; the others take the plan of the last one
+// that exchanged, waiting for it if that call is still in flight. A call
+// whose exchange failed left no plan (its exchange fails on every rank
+// alike), and the calls that would have reused it exchange themselves.
+// Benchmark: sparcml bench --op sparse-allreduce --density 0.001 --algo
+// ssar-split,auto on the emulated cluster, with SPARCML_SPARSE_AGREE_EVERY=1
+// and the default (docs/PERFORMANCE.md, "Emulated cluster").
+
+// sparsePlans is a communicator's record of the plans of its sparse
+// allreduces, by call key.
+type sparsePlans struct {
+	mu    sync.Mutex
+	every int // calls per counts exchange; 0 or 1: every call
+	slots map[sparseKey]*planSlot
+}
+
+// sparseKey is what a plan is made for: collectives.SparsePlan checks the
+// same.
+type sparseKey struct {
+	dim      int
+	dtype    collectives.DType
+	red      ReduceOp
+	algo     Algo
+	balanced bool
+	quant    Quant
+	indices  IndexWire
+}
+
+type planSlot struct {
+	calls int          // calls started with the key
+	last  *planPromise // of the last call that exchanged
+}
+
+// planPromise is the plan a call in flight will leave: done closes when
+// the call has made it or failed to.
+type planPromise struct {
+	once sync.Once
+	done chan struct{}
+	plan *collectives.SparsePlan
+}
+
+// maxPlanKeys bounds the keys a communicator remembers; past it the
+// record starts afresh, which every rank does at the same call.
+const maxPlanKeys = 256
+
+// planTicket is a call's part: reuse the plan of wait, or (wait nil) make
+// one and leave it in make.
+type planTicket struct {
+	wait *planPromise
+	make *planPromise
+}
+
+// ticket takes a call's turn for key. Calls that exchange no counts (a
+// forced algorithm with equal ranges) need none.
+func (s *sparsePlans) ticket(key sparseKey) planTicket {
+	if key.algo != AlgoAuto && !key.balanced {
+		return planTicket{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.slots == nil || len(s.slots) >= maxPlanKeys {
+		s.slots = map[sparseKey]*planSlot{}
+	}
+	slot := s.slots[key]
+	if slot == nil {
+		slot = &planSlot{}
+		s.slots[key] = slot
+	}
+	defer func() { slot.calls++ }()
+	if s.every > 1 && slot.calls%s.every != 0 && slot.last != nil {
+		return planTicket{wait: slot.last}
+	}
+	slot.last = &planPromise{done: make(chan struct{})}
+	return planTicket{make: slot.last}
+}
+
+// plan is the plan a call passes to the collective: the promised one once
+// made, nil (exchange) when it failed or when this call makes one.
+func (t planTicket) plan(ctx context.Context) (*collectives.SparsePlan, error) {
+	if t.wait == nil {
+		return nil, nil
+	}
+	select {
+	case <-t.wait.done:
+		return t.wait.plan, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// keep records the plan a call made (nil if it made none) for the calls
+// waiting on it. Only its first call counts, so a call can keep its plan
+// as soon as it has one and keep nil on every way out.
+func (t planTicket) keep(p *collectives.SparsePlan) {
+	if t.make != nil {
+		t.make.once.Do(func() {
+			t.make.plan = p
+			close(t.make.done)
+		})
+	}
+}
+
+func sparseKeyOf[T Float](dim int, red ReduceOp, cc callConfig) sparseKey {
+	return sparseKey{dim: dim, dtype: collectives.DTypeOf[T](), red: red, algo: cc.algo, balanced: cc.balanced,
+		quant: cc.quant, indices: cc.indices}
+}
