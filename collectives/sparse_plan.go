@@ -133,4 +133,3 @@ func splitBounds(algo Algo, opts SparseOptions, ag *spAgreement, dim, p int) []i
 	}
 	return spEqualBounds(dim, p)
 }
-
