@@ -18,7 +18,7 @@ import (
 // so AlgoAuto chooses with this network's latency and bandwidth rather than
 // a guess. Every rank times a dense and a sparse reduction at once (ranks
 // sharing cores then see the contention a real run sees) and the lossless
-// index codec of exact sparse messages, and an allreduce keeps the slowest
+// index codec of exact sparse messages, and the model takes the median
 // rank's figures; two ranks time round trips of empty messages (alpha) and
 // one-way 4 MiB transfers into a posted receive (beta): rank 0 and the
 // lowest rank of another host when the job spans several (the network the
@@ -56,10 +56,12 @@ func (c *Comm) measure(ctx context.Context) error {
 	if err := sys.Barrier(ctx); err != nil {
 		return err
 	}
-	gammas := []float64{measureGamma(), measureSparseGamma(), measureIndexCodec()}
-	if err := Allreduce(ctx, sys, gammas, Max); err != nil {
+	mine := []float64{measureGamma(), measureSparseGamma(), measureIndexCodec()}
+	all := make([]float64, len(mine)*c.Size())
+	if err := Allgather(ctx, sys, mine, all); err != nil {
 		return err
 	}
+	gammas := medianByColumn(all, len(mine))
 	// model: alpha, beta, gamma, sparse gamma, then alpha and beta
 	// within rank 0's host (0 when not measured), then the index codec.
 	model := []float64{0, 0, gammas[0], gammas[1], 0, 0, gammas[2]}
@@ -86,6 +88,27 @@ func (c *Comm) measure(ctx context.Context) error {
 	c.model = m
 	sys.model = m
 	return nil
+}
+
+// medianByColumn is the median of each of the cols figures every rank
+// contributed to rows (rank r's at rows[r*cols:]), the upper one of an even
+// count. The median, not the slowest rank's figure: a rank whose window
+// the kernel's other work took over (softirqs of the emulated links at 10
+// Gbit/s, a process of the last job still exiting) would otherwise price
+// every rank's reductions, as one start-up on the emulated cluster did at
+// a tenth of its neighbours' speed.
+func medianByColumn(rows []float64, cols int) []float64 {
+	n := len(rows) / cols
+	out := make([]float64, cols)
+	col := make([]float64, n)
+	for j := range out {
+		for r := range n {
+			col[r] = rows[r*cols+j]
+		}
+		slices.Sort(col)
+		out[j] = col[n/2]
+	}
+	return out
 }
 
 // calibrationPeers are the ranks rank 0 measures alpha and beta with: the
