@@ -69,10 +69,10 @@ func WithDenseOutput() CallOption { return func(c *callConfig) { c.denseOut = tr
 // from every rank's nonzero count; WithAlgo forces one.
 //
 // Under AlgoAuto or WithBalancedRanges the ranks first exchange their
-// counts and index samples; the communicator reuses the decision made from
-// them for the calls with the same dimension, value type and options that
-// follow, and exchanges again every SPARCML_SPARSE_AGREE_EVERY calls
-// (SparseStats.Reused says which calls reused one).
+// counts and index samples. With SPARCML_SPARSE_AGREE_EVERY=N above 1 the
+// communicator reuses the decision made from them for the calls with the
+// same dimension, value type and options that follow, and exchanges again
+// every N calls (SparseStats.Reused says which calls reused one).
 func SparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVector[T], red ReduceOp, opts ...CallOption) (SparseStats, error) {
 	var st SparseStats
 	err := c.run(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, red, &st, sparseTicket(c, in, red, opts)), opts)

@@ -18,9 +18,9 @@ import (
 // and the model's choice: a few hundred microseconds a call on the
 // emulated cluster, where an operation at 0.1% of 16M takes 2 to 6 ms
 // (docs/PERFORMANCE.md, "Emulated cluster"). The public API's
-// communicators keep each plan for SPARCML_SPARSE_AGREE_EVERY calls. A
-// plan gives the right sum for any inputs; it is as fast as the inputs it
-// was made from are like the new ones.
+// communicators keep each plan for SPARCML_SPARSE_AGREE_EVERY calls when
+// that is above 1. A plan gives the right sum for any inputs; it is as
+// fast as the inputs it was made from are like the new ones.
 type SparsePlan struct {
 	algo   Algo
 	packed bool  // exact values with packed indices
