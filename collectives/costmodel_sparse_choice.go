@@ -23,26 +23,42 @@ func (m CostModel) ChooseSparse(p, dim, valueSize int, nnz []int) Algo {
 }
 
 func (m CostModel) chooseSparse(p, dim int, w spWire, nnz []int) Algo {
-	a, _, _ := m.chooseSparseWire(p, dim, w, nnz)
-	return a
+	return m.chooseSparseWire(p, dim, w, nnz).algo
+}
+
+// spChoice is a choice of the model: the algorithm, the wire it sends
+// on, and its prediction (for a sparse algorithm; the dense end of the
+// switch has only its time).
+type spChoice struct {
+	algo    Algo
+	wire    spWire
+	pred    SparsePrediction
+	seconds float64
 }
 
 // chooseSparseWire is chooseSparse over the pairs of an algorithm and a
 // wire (spWires: raw or packed indices with exact values), and returns
-// the pair with its predicted time.
-func (m CostModel) chooseSparseWire(p, dim int, w spWire, nnz []int) (Algo, spWire, float64) {
-	best, bestWire, bestTime := AlgoSSARSplitAllgather, w, math.Inf(1)
+// the pair with its prediction.
+func (m CostModel) chooseSparseWire(p, dim int, w spWire, nnz []int) spChoice {
+	best := spChoice{algo: AlgoSSARSplitAllgather, wire: w, seconds: math.Inf(1)}
 	for _, a := range sparseAlgos {
 		if a == AlgoSSARRecursiveDoubling && !rdFitsSparse(dim, nnz) {
 			continue
 		}
-		for _, cw := range m.spWires(w) {
-			if t := spPredict(m, a, p, dim, cw, spUniform{nnz: nnz, dim: dim}, nil).Seconds; t < bestTime {
-				best, bestWire, bestTime = a, cw, t
-			}
+		best = m.bestWire(best, a, p, dim, w, nnz)
+	}
+	return best
+}
+
+// bestWire is best, or algorithm a on the faster of its wires if that is
+// predicted faster.
+func (m CostModel) bestWire(best spChoice, a Algo, p, dim int, w spWire, nnz []int) spChoice {
+	for _, cw := range m.spWires(w) {
+		if pr := spPredict(m, a, p, dim, cw, spUniform{nnz: nnz, dim: dim}, nil); pr.Seconds < best.seconds {
+			best = spChoice{algo: a, wire: cw, pred: pr, seconds: pr.Seconds}
 		}
 	}
-	return best, bestWire, bestTime
+	return best
 }
 
 // spWires are the wires an exact call can use, raw indices first (ties
@@ -57,13 +73,7 @@ func (m CostModel) spWires(w spWire) []spWire {
 
 // chooseWire is the faster of spWires for sparse algorithm a.
 func (m CostModel) chooseWire(a Algo, p, dim int, w spWire, nnz []int) spWire {
-	best, bestTime := w, math.Inf(1)
-	for _, cw := range m.spWires(w) {
-		if t := spPredict(m, a, p, dim, cw, spUniform{nnz: nnz, dim: dim}, nil).Seconds; t < bestTime {
-			best, bestTime = cw, t
-		}
-	}
-	return best
+	return m.bestWire(spChoice{wire: w, seconds: math.Inf(1)}, a, p, dim, w, nnz).wire
 }
 
 // ChooseSparseIndices returns how exact sparse algorithm a should send its
@@ -123,11 +133,16 @@ func (m CostModel) ChooseSparseOrDenseQuant(p, dim, valueSize int, kind quant.Ki
 }
 
 func (m CostModel) chooseSparseOrDense(p, dim int, w spWire, nnz []int) Algo {
-	sparseAlgo, _, sparseTime := m.chooseSparseWire(p, dim, w, nnz)
-	valueSize := w.s
-	bytes := dim * valueSize
+	return m.chooseSparseOrDenseWire(p, dim, w, nnz).algo
+}
+
+// chooseSparseOrDenseWire is chooseSparseOrDense with the wire and the
+// prediction of its choice (SparseAllreduce reports the prediction, and
+// sends on the wire unless SparseOptions.Indices forces one).
+func (m CostModel) chooseSparseOrDenseWire(p, dim int, w spWire, nnz []int) spChoice {
+	bytes := dim * w.s
 	denseAlgo := m.ChooseAllreduce(bytes, p)
-	denseTime := m.allreduceTime(denseAlgo, bytes, p) + float64(bytes)*m.Gamma // + densifying the input
+	dense := spChoice{algo: denseAlgo, wire: w, seconds: m.allreduceTime(denseAlgo, bytes, p) + float64(bytes)*m.Gamma} // + densifying the input
 	if expectedUnion(dim, nnz) >= denseUnionFraction {
 		// Only the split schedules still compete. With exact values,
 		// DSAR alone: its result is dense by design and its last phase
@@ -136,24 +151,16 @@ func (m CostModel) chooseSparseOrDense(p, dim int, w spWire, nnz []int) Algo {
 		// decode and merges. With a lossy codec both split schedules,
 		// whose ranges travel quantized, a fraction of the exact dense
 		// vector the dense end moves.
-		cands := []Algo{AlgoDSAR}
+		best := m.bestWire(dense, AlgoDSAR, p, dim, w, nnz)
 		if w.lossy() {
-			cands = append(cands, AlgoSSARSplitAllgather)
-		}
-		best, bestTime := denseAlgo, denseTime
-		for _, a := range cands {
-			for _, cw := range m.spWires(w) {
-				if t := spPredict(m, a, p, dim, cw, spUniform{nnz: nnz, dim: dim}, nil).Seconds; t < bestTime {
-					best, bestTime = a, t
-				}
-			}
+			best = m.bestWire(best, AlgoSSARSplitAllgather, p, dim, w, nnz)
 		}
 		return best
 	}
-	if denseTime < sparseTime {
-		return denseAlgo
+	if sparse := m.chooseSparseWire(p, dim, w, nnz); sparse.seconds <= dense.seconds {
+		return sparse
 	}
-	return sparseAlgo
+	return dense
 }
 
 // denseUnionFraction: when the sum is expected to fill more than half of

@@ -239,3 +239,37 @@ func BenchmarkSparseQuantized(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSparseAutoOverhead: what AlgoAuto adds to the algorithm it
+// runs, on 8 ranks at 0.1% of 2^24 (where an operation is short enough for
+// it to show): ssar-split forced, forced on balanced ranges (the counts
+// and samples exchange and the bounds), and AlgoAuto under a model that
+// picks ssar-split (the exchange, the bounds and the choice).
+func BenchmarkSparseAutoOverhead(b *testing.B) {
+	const p, dim = 8, 1 << 24
+	in := spBenchInputs(p, dim, dim/1000, false)
+	m := collectives.CostModel{Alpha: 20e-6, Beta: 1 / 125e6, Gamma: 1 / 3e9, SparseGamma: 1 / 0.9e9, IndexCodec: 1.5e-9}
+	for _, q := range []quant.Kind{quant.None, quant.Q4} {
+		for _, o := range []collectives.SparseOptions{
+			{Algo: collectives.AlgoSSARSplitAllgather},
+			{Algo: collectives.AlgoSSARSplitAllgather, Balanced: true},
+			{Algo: collectives.AlgoAuto},
+		} {
+			o.Model, o.Quant = m, q
+			b.Run(fmt.Sprintf("%v/%v/balanced=%v", q, o.Algo, o.Balanced), func(b *testing.B) {
+				if a := m.ChooseSparseOrDenseQuant(p, dim, 4, q, spCounts(in)); a != collectives.AlgoSSARSplitAllgather {
+					b.Fatalf("the model picks %v, not ssar-split: the case no longer measures the overhead", a)
+				}
+				spBench(b, in, o)
+			})
+		}
+	}
+}
+
+func spCounts[T collectives.Float](in []*sparse.Vector[T]) []int {
+	nnz := make([]int, len(in))
+	for r, v := range in {
+		nnz[r] = v.NNZ()
+	}
+	return nnz
+}

@@ -77,12 +77,19 @@ func (c *spCall[T]) decide(opts SparseOptions, st *SparseStats) (*SparsePlan, er
 			return nil, err
 		}
 		st.Agreed, st.TotalNNZIn = true, ag.total()
-		algo := opts.Algo
+		algo, pred := opts.Algo, SparsePrediction{}
 		if algo == AlgoAuto {
-			algo = opts.Model.chooseSparseOrDense(c.p, c.in.Dim, wire, ag.nnz)
+			ch := opts.Model.chooseSparseOrDenseWire(c.p, c.in.Dim, wire, ag.nnz)
+			algo, pred = ch.algo, ch.pred
+			if opts.Indices == IndexAuto {
+				wire = ch.wire // the choice's, as spChooseWire would resolve it
+			}
 		}
-		wire = spChooseWire(opts.Model, opts, algo, c.p, c.in.Dim, c.in.NNZ(), wire, ag.nnz)
-		c.predict(st, opts.Model, algo, wire, ag)
+		if opts.Algo != AlgoAuto || opts.Indices != IndexAuto {
+			wire = spChooseWire(opts.Model, opts, algo, c.p, c.in.Dim, c.in.NNZ(), wire, ag.nnz)
+			pred = SparsePrediction{}
+		}
+		c.predict(st, opts.Model, algo, wire, ag, pred)
 		pl := &SparsePlan{algo: algo, packed: wire.packed, key: key}
 		if isSplitAlgo(algo) {
 			pl.bounds = splitBounds(algo, opts, ag, c.in.Dim, c.p)
@@ -100,15 +107,18 @@ func (c *spCall[T]) decide(opts SparseOptions, st *SparseStats) (*SparsePlan, er
 }
 
 // predict fills st's predictions for algo over wire, counts exchange
-// included, from the agreed counts.
-func (c *spCall[T]) predict(st *SparseStats, m CostModel, algo Algo, wire spWire, ag *spAgreement) {
+// included, from the agreed counts: pred when the choice made it, else
+// computed here.
+func (c *spCall[T]) predict(st *SparseStats, m CostModel, algo Algo, wire spWire, ag *spAgreement, pred SparsePrediction) {
 	if isAllreduceAlgo(algo) {
 		secs, bytes := m.PredictAllreduce(algo, c.in.Dim*sparse.ValueSize[T](), c.p)
 		st.PredictedBytes = bytes + ag.bytesSent[c.rank]
 		st.PredictedSeconds = secs + ag.seconds
 		return
 	}
-	pred := spPredict(m, algo, c.p, c.in.Dim, wire, spUniform{nnz: ag.nnz, dim: c.in.Dim}, nil)
+	if pred.BytesSent == nil {
+		pred = spPredict(m, algo, c.p, c.in.Dim, wire, spUniform{nnz: ag.nnz, dim: c.in.Dim}, nil)
+	}
 	st.PredictedBytes = pred.BytesSent[c.rank] + ag.bytesSent[c.rank]
 	st.PredictedSeconds = pred.Seconds + ag.seconds
 }
