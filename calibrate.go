@@ -95,8 +95,8 @@ func (c *Comm) measure(ctx context.Context) error {
 // count. The median, not the slowest rank's figure: a rank whose window
 // the kernel's other work took over (softirqs of the emulated links at 10
 // Gbit/s, a process of the last job still exiting) would otherwise price
-// every rank's reductions, as one start-up on the emulated cluster did at
-// a tenth of its neighbours' speed.
+// every rank's reductions, as one start-up on the emulated cluster did
+// (docs/PERFORMANCE.md, "Emulated cluster").
 func medianByColumn(rows []float64, cols int) []float64 {
 	n := len(rows) / cols
 	out := make([]float64, cols)
@@ -196,11 +196,10 @@ func pingPong(ctx context.Context, c *Comm, peer int, initiator bool) (alpha, be
 // calibrateWindow is how long every rank runs each reduction kernel, all
 // at once: long enough to span several of the kernel scheduler's time
 // slices, so that ranks sharing cores measure the share of a core they
-// get on average rather than whether a slice found them alone (timings
-// of single runs varied 2.5x for the sparse merge and 5x for the dense
-// sum from one start-up to the next on the emulated cluster; `SPARCML_DEBUG=INFO
-// sparcml bench --op barrier` prints the model, docs/PERFORMANCE.md
-// "Emulated cluster").
+// get on average rather than whether a slice found them alone, which
+// made timings of single runs swing from one start-up to the next
+// (docs/PERFORMANCE.md, "Emulated cluster": `SPARCML_DEBUG=INFO sparcml
+// bench --op barrier` prints the model).
 const calibrateWindow = 40 * time.Millisecond
 
 // perByteOver runs kernel, which reduces the returned number of bytes,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/compress"
@@ -238,7 +239,12 @@ func (z *Compressor[T]) start(ctx context.Context, grad []T, out *SparseVector[T
 	if dst == nil {
 		dst = &z.recv
 	}
-	sr := StartSparseAllreduce(ctx, z.c, &z.send, dst, Avg, WithQuant(z.cfg.Quant))
+	// The tensor is this step's density: a Compressor's steps send about
+	// density*n entries each, so they reuse the counts exchange's decision
+	// (WithTensor) until the warm-up moves the density. Compressors of
+	// one length and density share it; their counts are alike too.
+	tensor := WithTensor(math.Float64bits(z.sp.Density()))
+	sr := StartSparseAllreduce(ctx, z.c, &z.send, dst, Avg, WithQuant(z.cfg.Quant), tensor)
 	go z.finish(r, sr, grad, dst, out == nil)
 	return r
 }

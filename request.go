@@ -130,6 +130,8 @@ type callConfig struct {
 	quant       Quant
 	quantBucket int
 	indices     IndexWire
+	tensor      uint64 // WithTensor's id
+	tagged      bool   // WithTensor was given
 }
 
 // WithAlgo forces an algorithm instead of the cost model's choice. Every

@@ -55,6 +55,19 @@ func ParseIndexWire(s string) (IndexWire, error) {
 	return IndexAuto, fmt.Errorf("%w: index wire %q: want auto, raw or packed", ErrInvalid, s)
 }
 
+// WithTensor names the tensor a sparse allreduce reduces: calls that pass
+// the same id, with the same dimension, value type and options, reduce one
+// tensor whose density changes slowly (a layer's gradient, step after
+// step), so under AlgoAuto or WithBalancedRanges they reuse the decision
+// of a counts exchange (algorithm, index wire, ranges) for
+// SPARCML_SPARSE_AGREE_EVERY calls instead of exchanging counts on every
+// call. Give each tensor of a step an id of its own, the same every step,
+// and the same on every rank. Without it every call exchanges: the call
+// alone cannot tell two tensors of one shape apart.
+func WithTensor(id uint64) CallOption {
+	return func(c *callConfig) { c.tensor, c.tagged = id, true }
+}
+
 // WithDenseOutput asks for the sparse allreduce's result in dense form
 // even when the sparse form would be smaller.
 func WithDenseOutput() CallOption { return func(c *callConfig) { c.denseOut = true } }
@@ -69,10 +82,8 @@ func WithDenseOutput() CallOption { return func(c *callConfig) { c.denseOut = tr
 // from every rank's nonzero count; WithAlgo forces one.
 //
 // Under AlgoAuto or WithBalancedRanges the ranks first exchange their
-// counts and index samples. With SPARCML_SPARSE_AGREE_EVERY=N above 1 the
-// communicator reuses the decision made from them for the calls with the
-// same dimension, value type and options that follow, and exchanges again
-// every N calls (SparseStats.Reused says which calls reused one).
+// counts and index samples; calls tagged WithTensor reuse the decision
+// made from them (SparseStats.Reused says which calls did).
 func SparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *SparseVector[T], red ReduceOp, opts ...CallOption) (SparseStats, error) {
 	var st SparseStats
 	err := c.run(ctx, "sparse-allreduce", sparseAllreduceFn(c, in, out, red, &st, sparseTicket(c, in, red, opts)), opts)
@@ -112,7 +123,8 @@ func sparseTicket[T Float](c *Comm, in *SparseVector[T], red ReduceOp, opts []Ca
 	if in == nil || c.usable("sparse-allreduce") != nil {
 		return planTicket{}
 	}
-	return c.plans.ticket(sparseKeyOf[T](in.Dim, red, c.callConfig(opts)))
+	cc := c.callConfig(opts)
+	return c.plans.ticket(sparseKeyOf[T](in.Dim, red, cc), cc.tagged)
 }
 
 // SparseAllgather delivers every rank's sparse vector to every rank: on

@@ -11,16 +11,16 @@ import (
 // rank's entry count and index samples before it moves any data, and
 // decides from them its algorithm, index wire and ranges: ceil(log2 P)
 // message rounds and the model's choice, on every call. A training loop
-// calls it with the same tensor every step, whose counts change little;
-// with SPARCML_SPARSE_AGREE_EVERY=N above 1 a communicator keeps each
-// decision (collectives.SparsePlan) and reuses it for the calls with the
-// same dimension, value type and options that follow, exchanging again
-// every N calls, as Horovod's response cache spares the repeated
-// negotiation of a tensor. It is off by default: the key cannot tell two
-// tensors of one shape apart, and a plan made at 0.1% density runs a call
-// at 10% as it would at 0.1% (on the emulated cluster, a 16M vector's
-// sparse allreduce at 10% on 8 hosts took 1.4x as long on the plan of a
-// call at 1%).
+// calls it with the same tensor every step, whose counts change little:
+// for calls that name their tensor (WithTensor) a communicator keeps each
+// decision (collectives.SparsePlan) and reuses it for the calls of the
+// same tensor, dimension, value type and options that follow, exchanging
+// again every SPARCML_SPARSE_AGREE_EVERY calls, as Horovod's response
+// cache spares the repeated negotiation of a named tensor. Untagged calls
+// exchange every time: the call alone cannot tell two tensors of one
+// shape apart, and a plan made at 1% density runs a call at 10% as it
+// would at 1%, at a cost docs/ALGORITHMS-sparse.md ("Counts exchange")
+// measures.
 //
 // Every rank must make the same decisions, so whether a call exchanges or
 // reuses is settled when it starts, in start order, from the calls started
@@ -44,6 +44,7 @@ type sparsePlans struct {
 // sparseKey is what a plan is made for: collectives.SparsePlan checks the
 // same.
 type sparseKey struct {
+	tensor   uint64
 	dim      int
 	dtype    collectives.DType
 	red      ReduceOp
@@ -77,10 +78,10 @@ type planTicket struct {
 	make *planPromise
 }
 
-// ticket takes a call's turn for key. Calls that exchange no counts (a
-// forced algorithm with equal ranges) need none.
-func (s *sparsePlans) ticket(key sparseKey) planTicket {
-	if key.algo != AlgoAuto && !key.balanced {
+// ticket takes a call's turn for key. Untagged calls and calls that
+// exchange no counts (a forced algorithm with equal ranges) need none.
+func (s *sparsePlans) ticket(key sparseKey, tagged bool) planTicket {
+	if !tagged || (key.algo != AlgoAuto && !key.balanced) {
 		return planTicket{}
 	}
 	s.mu.Lock()
@@ -128,6 +129,6 @@ func (t planTicket) keep(p *collectives.SparsePlan) {
 }
 
 func sparseKeyOf[T Float](dim int, red ReduceOp, cc callConfig) sparseKey {
-	return sparseKey{dim: dim, dtype: collectives.DTypeOf[T](), red: red, algo: cc.algo, balanced: cc.balanced,
-		quant: cc.quant, indices: cc.indices}
+	return sparseKey{tensor: cc.tensor, dim: dim, dtype: collectives.DTypeOf[T](), red: red, algo: cc.algo,
+		balanced: cc.balanced, quant: cc.quant, indices: cc.indices}
 }

@@ -43,10 +43,11 @@ func equalDense(got *SparseVector[float32], want []float32) error {
 }
 
 // TestSparsePlanSchedule: with SPARCML_SPARSE_AGREE_EVERY=4, calls 0, 4
-// and 8 of a key exchange counts and the others reuse their plan, blocking
-// and started alike (three in flight at once), every result the sum of
-// that call's inputs; another dimension is another key, with a schedule
-// of its own; with 1 every call exchanges.
+// and 8 of a tensor (WithTensor) exchange counts and the others reuse
+// their plan, blocking and started alike (three in flight at once), every
+// result the sum of that call's inputs; another tensor of the same shape
+// has a schedule of its own, and an untagged call exchanges; with 1 every
+// call exchanges.
 func TestSparsePlanSchedule(t *testing.T) {
 	const p, dim = 4, 4000
 	for _, every := range []int{4, 1} {
@@ -59,7 +60,8 @@ func TestSparsePlanSchedule(t *testing.T) {
 			for i := range calls {
 				inputs[i], sums[i] = planInputs(t, p, dim, i)
 			}
-			other, otherSum := planInputs(t, p, dim+1, 99)
+			other, otherSum := planInputs(t, p, dim, 99)
+			tensor := WithTensor(7)
 			errs := onEveryRank(t, comms, 30*time.Second, func(ctx context.Context, c *Comm) error {
 				me := c.Rank()
 				check := func(i int, st SparseStats, out *SparseVector[float32]) error {
@@ -73,21 +75,27 @@ func TestSparsePlanSchedule(t *testing.T) {
 				}
 				for i := range 5 {
 					out := &SparseVector[float32]{}
-					st, err := SparseAllreduce(ctx, c, inputs[i][me], out, Sum)
+					st, err := SparseAllreduce(ctx, c, inputs[i][me], out, Sum, tensor)
 					if err != nil {
 						return fmt.Errorf("call %d: %w", i, err)
 					}
 					if err := check(i, st, out); err != nil {
 						return err
 					}
-					if i == 1 { // another key between: its own first call
-						o := &SparseVector[float32]{}
-						st, err := SparseAllreduce(ctx, c, other[me], o, Sum)
-						if err != nil || !st.Agreed || st.Reused {
-							return fmt.Errorf("other key: agreed %v, reused %v, err %v", st.Agreed, st.Reused, err)
-						}
-						if err := equalDense(o, otherSum); err != nil {
-							return fmt.Errorf("other key: %w", err)
+					if i == 1 || i == 2 {
+						// Between them, another tensor of the same shape
+						// (its own first call, then its second) and the
+						// same shape untagged (an exchange every time).
+						for k, opt := range []CallOption{WithTensor(8), WithAlgo(AlgoAuto)} {
+							o := &SparseVector[float32]{}
+							st, err := SparseAllreduce(ctx, c, other[me], o, Sum, opt)
+							exchanges := k == 1 || i == 1 || every == 1
+							if err != nil || st.Agreed != exchanges || st.Reused == exchanges {
+								return fmt.Errorf("call %d's neighbour %d: agreed %v, reused %v, err %v", i, k, st.Agreed, st.Reused, err)
+							}
+							if err := equalDense(o, otherSum); err != nil {
+								return fmt.Errorf("call %d's neighbour %d: %w", i, k, err)
+							}
 						}
 					}
 				}
@@ -97,7 +105,7 @@ func TestSparsePlanSchedule(t *testing.T) {
 				outs := make([]*SparseVector[float32], calls)
 				for i := 5; i < 8; i++ {
 					outs[i] = &SparseVector[float32]{}
-					reqs = append(reqs, StartSparseAllreduce(ctx, c, inputs[i][me], outs[i], Sum))
+					reqs = append(reqs, StartSparseAllreduce(ctx, c, inputs[i][me], outs[i], Sum, tensor))
 				}
 				for k, r := range reqs {
 					if err := r.Wait(ctx); err != nil {
@@ -108,7 +116,7 @@ func TestSparsePlanSchedule(t *testing.T) {
 					}
 				}
 				outs[8] = &SparseVector[float32]{}
-				st, err := SparseAllreduce(ctx, c, inputs[8][me], outs[8], Sum)
+				st, err := SparseAllreduce(ctx, c, inputs[8][me], outs[8], Sum, tensor)
 				if err != nil {
 					return err
 				}
@@ -136,13 +144,13 @@ func TestSparsePlanAfterFailedExchange(t *testing.T) {
 		if me == 1 {
 			first = bad
 		}
-		_, err := SparseAllreduce(ctx, c, first, &SparseVector[float32]{}, Sum)
+		_, err := SparseAllreduce(ctx, c, first, &SparseVector[float32]{}, Sum, WithTensor(1))
 		if err == nil || (me == 1 && !errors.Is(err, ErrInvalid)) {
 			return fmt.Errorf("call with rank 1's invalid input: err = %v, want a failure (ErrInvalid on rank 1)", err)
 		}
 		for i := 1; i <= 2; i++ {
 			out := &SparseVector[float32]{}
-			st, err := SparseAllreduce(ctx, c, in[me], out, Sum)
+			st, err := SparseAllreduce(ctx, c, in[me], out, Sum, WithTensor(1))
 			if err != nil {
 				return fmt.Errorf("call %d: %w", i, err)
 			}

@@ -14,13 +14,14 @@ import (
 //
 // Passed back in SparseOptions.Plan to a later call with the same
 // dimension, value type and options, it runs that call on the same
-// decisions without the exchange, saving its ceil(log2 P) message rounds
-// and the model's choice: a few hundred microseconds a call on the
-// emulated cluster, where an operation at 0.1% of 16M takes 2 to 6 ms
-// (docs/PERFORMANCE.md, "Emulated cluster"). The public API's
-// communicators keep each plan for SPARCML_SPARSE_AGREE_EVERY calls when
-// that is above 1. A plan gives the right sum for any inputs; it is as
-// fast as the inputs it was made from are like the new ones.
+// decisions without the exchange, saving its ceil(log2 P) message rounds,
+// the synchronisation of every rank they amount to, and the model's
+// choice, which weigh most on short operations (docs/PERFORMANCE.md,
+// "Emulated cluster": sparcml bench --algo auto,auto-tensor). The public API's
+// communicators keep each plan of a named tensor (sparcml.WithTensor) for
+// SPARCML_SPARSE_AGREE_EVERY calls. A plan gives the right sum for any
+// inputs; it is as fast as the inputs it was made from are like the new
+// ones.
 type SparsePlan struct {
 	algo   Algo
 	packed bool  // exact values with packed indices

@@ -48,9 +48,10 @@ func TestBenchCheckEveryMode(t *testing.T) {
 		{"reduce-scatter-avg", []string{"-n", "5", "--op", "reduce-scatter", "--redop", "avg", "--bytes", "8:1K"}, 8, "avg", -1},
 		{"p2p-baseline", []string{"-n", "2", "--op", "p2p", "--baseline", "--window", "3", "--sizes", "1K"}, 2, "none", -1},
 		{"sparse-allgather", []string{"-n", "3", "--op", "sparse-allgather", "--sizes", "10K"}, 1, "none", -1},
-		// Five algorithms taking turns, and the dense row, per density.
+		// Six algorithms taking turns (auto-tensor reusing its first
+		// call's decision), and the dense row, per density.
 		{"algo-list", []string{"-n", "4", "--op", "sparse-allreduce", "--sizes", "50K", "--density", "0.01,0.2", "--vs-dense",
-			"--algo", "ssar-rd,ssar-split,dsar,allgather,auto"}, 12, "sum", -1},
+			"--algo", "ssar-rd,ssar-split,dsar,allgather,auto,auto-tensor"}, 14, "sum", -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rows, errOut, err := benchJSON(t, append(tc.args, "--iters", "3", "--warmup", "1", "--check")...)
@@ -69,7 +70,7 @@ func TestBenchCheckEveryMode(t *testing.T) {
 				assert.LessOrEqual(t, row["time_us_avg"], row["time_us_max"])
 			}
 			if tc.name == "algo-list" { // one row per algorithm, in the list's order, then the dense row
-				for i, a := range []string{"ssar-rd", "ssar-split", "dsar", "allgather", "auto", "auto"} {
+				for i, a := range []string{"ssar-rd", "ssar-split", "dsar", "allgather", "auto", "auto-tensor", "auto"} {
 					assert.Equal(t, a, rows[i]["algo"], "row %d", i)
 				}
 			}

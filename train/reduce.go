@@ -83,7 +83,9 @@ func newReducer(comm *sparcml.Comm, v Variant, m model.Model, cfg *Config) (Redu
 		if _, ok := m.(model.SparseModel); !ok {
 			return nil, fmt.Errorf("--reduce sparse needs a model whose gradients are sparse by nature (logreg); the mlp's are dense: use dense or topk")
 		}
-		return &sparseReducer{comm: comm, opts: opts}, nil
+		// One gradient every step, whose density the batches keep about
+		// even: it reuses the counts exchange's decision (WithTensor).
+		return &sparseReducer{comm: comm, opts: append(opts, sparcml.WithTensor(0))}, nil
 	case "topk":
 		return newTopK(comm, v, m, cfg)
 	}

@@ -51,6 +51,10 @@ type benchConfig struct {
 	algoNames []string
 }
 
+// autoTensor is the --algo name of AlgoAuto on a named tensor
+// (sparcml.WithTensor): calls reuse the decision of a counts exchange.
+const autoTensor = "auto-tensor"
+
 var benchOps = []string{"allreduce", "reduce-scatter", "allgather", "broadcast", "barrier", "p2p", "sparse-allreduce", "sparse-allgather"}
 
 // reducingOps take --redop; rootedOps take --root.
@@ -77,7 +81,7 @@ func newBenchFlags(cfg *benchConfig, v *benchFlagValues) *flag.FlagSet {
 	fs.StringVar(&v.sizes, "sizes", "1K:16M", "element counts: MIN:MAX (doubling) or a comma list; K, M, G suffixes (x1024); 0 runs the operation on empty buffers")
 	fs.StringVar(&v.bytes, "bytes", "", "sizes in bytes instead of --sizes, as nccl-tests' -b/-e: MIN:MAX (doubling) or a comma list, e.g. 8:128M; each a multiple of the element size")
 	fs.StringVar(&cfg.dtype, "dtype", "float32", "element type: float32|float64")
-	fs.StringVar(&cfg.algoName, "algo", "auto", "algorithm: auto|ring|rabenseifner|recursive-doubling; sparse: auto|ssar-rd|ssar-split|dsar|allgather; sparse-allreduce takes a comma list, whose algorithms alternate iteration by iteration")
+	fs.StringVar(&cfg.algoName, "algo", "auto", "algorithm: auto|ring|rabenseifner|recursive-doubling; sparse: auto|auto-tensor|ssar-rd|ssar-split|dsar|allgather (auto-tensor: auto on a named tensor, which reuses its counts exchange's decision); sparse-allreduce takes a comma list, whose algorithms alternate iteration by iteration")
 	fs.StringVar(&v.redop, "redop", "sum", "reduction of allreduce and reduce-scatter (sum|avg|min|max) and of sparse-allreduce (sum|avg)")
 	fs.StringVar(&v.redop, "reduce", "sum", "the old name of --redop")
 	fs.IntVar(&cfg.root, "root", 0, "root rank of broadcast")
@@ -346,6 +350,9 @@ func parseAlgos(cfg *benchConfig) error {
 	for _, name := range strings.Split(cfg.algoName, ",") {
 		name = strings.TrimSpace(name)
 		a, err := sparcml.ParseAlgo(name)
+		if name == autoTensor && cfg.op == "sparse-allreduce" {
+			a, err = sparcml.AlgoAuto, nil
+		}
 		if err != nil {
 			return usagef("--algo: %v", err)
 		}

@@ -113,8 +113,8 @@ func (r *reporter) sparseRow(res result) {
 	switch {
 	case !strings.HasPrefix(res.Op, "sparse-"):
 		name = "dense:" + name
-	case res.Algo == "auto":
-		name = "auto:" + name // the model's choice
+	case res.Algo == "auto" || res.Algo == autoTensor:
+		name = res.Algo + ":" + name // the model's choice
 	}
 	fmt.Fprintf(r.w, "%10d %8.4f %11d %5s %18s %10.1f %10.1f %10.1f %10.1f %12d %12d %9s %7s %7s\n", res.N, res.Density, res.NNZIn,
 		res.Redop, name, res.TimeMin, res.TimeAvg, res.TimeMedian, res.TimeMax, res.BytesSent, res.PredictedBytes, speed,

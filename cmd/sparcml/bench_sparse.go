@@ -122,6 +122,10 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 		if cfg.balanced {
 			cs.opts = append(cs.opts, sparcml.WithBalancedRanges())
 		}
+		if cs.name == autoTensor {
+			// A tensor of its own for every size and density.
+			cs.opts = append(cs.opts, sparcml.WithTensor(uint64(n)<<32^math.Float64bits(d)))
+		}
 		cases[i] = cs
 	}
 	run := func(cs *sparseCase[T]) error {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sparcml/sparcml"
 )
 
 func TestParseSizes(t *testing.T) {
@@ -48,6 +50,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--inflight", "2", "--op", "broadcast"}, {"--quant", "q4", "--op", "broadcast"}, {"stray"},
 		{"--window", "0", "--op", "p2p"}, {"--window", "4", "--op", "allreduce"},
 		{"--algo", "ring,auto"}, {"--op", "sparse-allreduce", "--algo", "dsar,dsar"}, {"--op", "sparse-allreduce", "--algo", "dsar,"},
+		{"--algo", "auto-tensor"}, {"--op", "sparse-allgather", "--algo", "auto-tensor"},
 	} {
 		if _, err := parseBenchFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
@@ -59,8 +62,9 @@ func TestBenchFlagErrors(t *testing.T) {
 	if err != nil || cfg.op != "sparse-allreduce" || cfg.densities[0] != 0.5 {
 		t.Fatalf("valid flags rejected: %v", err)
 	}
-	cfg, err = parseBenchFlags([]string{"--op", "sparse-allreduce", "--algo", "dsar, auto"})
-	if err != nil || !slices.Equal(cfg.algoNames, []string{"dsar", "auto"}) || cfg.algoName != "dsar" || len(cfg.algos) != 2 {
+	cfg, err = parseBenchFlags([]string{"--op", "sparse-allreduce", "--algo", "dsar, auto,auto-tensor"})
+	if err != nil || !slices.Equal(cfg.algoNames, []string{"dsar", "auto", "auto-tensor"}) || cfg.algoName != "dsar" ||
+		!slices.Equal(cfg.algos, []sparcml.Algo{sparcml.AlgoDSAR, sparcml.AlgoAuto, sparcml.AlgoAuto}) {
 		t.Fatalf("--algo list: %+v, %v", cfg, err)
 	}
 }

@@ -124,7 +124,7 @@ func TestDefaults(t *testing.T) {
 	want := Settings{
 		Rank: -1, Size: -1, LocalRank: -1, LocalSize: -1, IBGIDIndex: -1,
 		Transport: "auto", Timeout: 5 * time.Minute, InitTimeout: 2 * time.Minute, Calibrate: true, OnPeerLoss: "abort",
-		StallWarn: time.Minute, FlightOps: 256, SparseAgreeEvery: 1,
+		StallWarn: time.Minute, FlightOps: 256, SparseAgreeEvery: 16,
 		Debug: logging.Warn, DebugSubsys: logging.All, TCPCongestion: "auto", RDMAAdvertise: true,
 	}
 	if !reflect.DeepEqual(*s, want) {

@@ -62,7 +62,7 @@ func main() {
 	flag.IntVar(&c.perHost, "ranks-per-host", 1, "ranks on every host (more than one: shared memory within a host, the hierarchical algorithms)")
 	flag.IntVar(&c.rounds, "rounds", 1, "times the whole list of cases runs on each cluster (the table takes the median)")
 	dense := flag.String("dense-algos", "ring,rabenseifner,recursive-doubling,auto", "dense algorithms")
-	sparse := flag.String("sparse-algos", "ssar-rd,ssar-split,dsar,allgather,auto", "sparse algorithms")
+	sparse := flag.String("sparse-algos", "ssar-rd,ssar-split,dsar,allgather,auto,auto-tensor", "sparse algorithms (auto-tensor: auto on a named tensor, which reuses its counts exchange's decision)")
 	dists := flag.String("dists", "uniform,powerlaw", "index distributions")
 	quants := flag.String("quants", "none,q4", "value encodings of the sparse cases")
 	indices := flag.String("indices", "auto", "index wires of the exact sparse cases (auto,raw,packed: sparcml bench --indices)")
