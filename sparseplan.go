@@ -30,8 +30,8 @@ import (
 // whose exchange failed left no plan (its exchange fails on every rank
 // alike), and the calls that would have reused it exchange themselves.
 // Benchmark: sparcml bench --op sparse-allreduce --density 0.001 --algo
-// ssar-split,auto on the emulated cluster, with SPARCML_SPARSE_AGREE_EVERY=1
-// and the default (docs/PERFORMANCE.md, "Emulated cluster").
+// ssar-split,auto,auto-tensor on the emulated cluster (docs/PERFORMANCE.md,
+// "Emulated cluster").
 
 // sparsePlans is a communicator's record of the plans of its sparse
 // allreduces, by call key.
