@@ -84,17 +84,18 @@ func TestDenseAcrossHosts(t *testing.T) {
 }
 
 // Sparse allreduce with every algorithm, uniform and power-law supports,
-// exact and q4 values.
+// exact and q4 values; auto-tensor is auto whose calls reuse the first
+// one's decision (sparcml.WithTensor).
 func TestSparseAcrossHosts(t *testing.T) {
 	c := shared(t)
 	binaries(t)
 	for _, dist := range []string{"uniform", "powerlaw"} {
-		for _, algo := range []string{"ssar-rd", "ssar-split", "dsar", "allgather", "auto"} {
+		for _, algo := range []string{"ssar-rd", "ssar-split", "dsar", "allgather", "auto", "auto-tensor"} {
 			t.Run(dist+"/"+algo, func(t *testing.T) {
 				res := runOK(t, c, Job{Cmd: bench("--op", "sparse-allreduce", "--algo", algo, "--dist", dist,
 					"--sizes", "1M", "--density", "0.001,0.01,0.1")})
 				rows := checkRows(t, res, 3, sharedHosts)
-				if algo == "auto" {
+				if algo == "auto" || algo == "auto-tensor" {
 					for _, r := range rows {
 						t.Logf("auto at %g: %s", r.Density, r.AlgoChosen)
 					}
