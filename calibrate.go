@@ -196,8 +196,11 @@ func pingPong(ctx context.Context, c *Comm, peer int, initiator bool) (alpha, be
 // calibrateWindow is how long every rank runs each reduction kernel, all
 // at once: long enough to span several of the kernel scheduler's time
 // slices, so that ranks sharing cores measure the share of a core they
-// get on average rather than whether a slice found them alone, which
-// made timings of single runs swing from one start-up to the next
+// get when they all reduce together, as every rank does in the dense
+// allreduce and in the sparse allgather's sum, rather than whether one
+// short run found a core free. Both kernels are priced so; a dense sum
+// used to be the best of five single runs, the uncontended speed. The
+// figures still swing from one start-up to the next on shared cores
 // (docs/PERFORMANCE.md, "Emulated cluster": `SPARCML_DEBUG=INFO sparcml
 // bench --op barrier` prints the model).
 const calibrateWindow = 40 * time.Millisecond
