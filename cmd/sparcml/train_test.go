@@ -25,6 +25,16 @@ var (
 	binErr  error
 )
 
+// TestMain removes the CLI sparcmlBinary built, which outlives any one
+// test.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // sparcmlBinary builds the CLI once for the multi-process tests (or uses
 // SPARCML_BIN).
 func sparcmlBinary(t *testing.T) string {
