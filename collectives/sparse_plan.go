@@ -77,25 +77,9 @@ func (c *spCall[T]) decide(opts SparseOptions, st *SparseStats) (*SparsePlan, er
 		if err != nil {
 			return nil, err
 		}
-		st.Agreed, st.TotalNNZIn = true, ag.total()
-		algo, pred := opts.Algo, SparsePrediction{}
-		if algo == AlgoAuto {
-			ch := opts.Model.chooseSparseOrDenseWire(c.p, c.in.Dim, wire, ag.nnz)
-			algo, pred = ch.algo, ch.pred
-			if opts.Indices == IndexAuto {
-				wire = ch.wire // the choice's, as spChooseWire would resolve it
-			}
-		}
-		if opts.Algo != AlgoAuto || opts.Indices != IndexAuto {
-			wire = spChooseWire(opts.Model, opts, algo, c.p, c.in.Dim, c.in.NNZ(), wire, ag.nnz)
-			pred = SparsePrediction{}
-		}
-		c.predict(st, opts.Model, algo, wire, ag, pred)
-		pl := &SparsePlan{algo: algo, packed: wire.packed, key: key}
-		if isSplitAlgo(algo) {
-			pl.bounds = splitBounds(algo, opts, ag, c.in.Dim, c.p)
-		}
-		st.Plan = pl
+		pl := c.decideAgreed(opts, ag, wire, st)
+		pl.key = key
+		st.Agreed, st.TotalNNZIn, st.Plan = true, ag.total(), pl
 		return pl, nil
 	default:
 		wire = spChooseWire(opts.Model, opts, opts.Algo, c.p, c.in.Dim, c.in.NNZ(), wire, nil)
@@ -105,6 +89,30 @@ func (c *spCall[T]) decide(opts SparseOptions, st *SparseStats) (*SparsePlan, er
 		}
 		return pl, nil
 	}
+}
+
+// decideAgreed makes the plan of a call from the agreed counts and
+// samples: AlgoAuto's choice of algorithm and wire (or the forced
+// algorithm's wire), its predictions in st, and its ranges.
+func (c *spCall[T]) decideAgreed(opts SparseOptions, ag *spAgreement, wire spWire, st *SparseStats) *SparsePlan {
+	algo, pred := opts.Algo, SparsePrediction{}
+	if algo == AlgoAuto {
+		ch := opts.Model.chooseSparseOrDenseWire(c.p, c.in.Dim, wire, ag.nnz)
+		algo, pred = ch.algo, ch.pred
+		if opts.Indices == IndexAuto {
+			wire = ch.wire // the choice's, as spChooseWire would resolve it
+		}
+	}
+	if opts.Algo != AlgoAuto || opts.Indices != IndexAuto {
+		wire = spChooseWire(opts.Model, opts, algo, c.p, c.in.Dim, c.in.NNZ(), wire, ag.nnz)
+		pred = SparsePrediction{}
+	}
+	c.predict(st, opts.Model, algo, wire, ag, pred)
+	pl := &SparsePlan{algo: algo, packed: wire.packed}
+	if isSplitAlgo(algo) {
+		pl.bounds = splitBounds(algo, opts, ag, c.in.Dim, c.p)
+	}
+	return pl
 }
 
 // predict fills st's predictions for algo over wire, counts exchange
