@@ -336,7 +336,7 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 		}
 	} else {
 		var agreed []int
-		if opts.Algo == AlgoAuto || opts.Balanced {
+		if spAgrees(opts) {
 			agreed = make([]int, p)
 			for r, v := range inputs {
 				agreed[r] = v.NNZ()
@@ -345,11 +345,11 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 		w := spChooseWire(m, opts, a, p, dim, inputs[0].NNZ(), spWireOf[T](opts.Quant), agreed)
 		pred = spPredict(m, a, p, dim, w, ex, bounds)
 	}
-	if p > 1 && (opts.Algo == AlgoAuto || opts.Balanced) {
+	if p > 1 && spAgrees(opts) {
 		size := make([]int64, p)
 		for r, v := range inputs {
 			size[r] = spAgreeHeader
-			if spSamples(opts) && v.NNZ() > 0 {
+			if v.NNZ() > 0 { // and its index samples (agree)
 				size[r] += 4 * int64(spSampleCount(p))
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/sparcml/sparcml/internal/keyheap"
 	"github.com/sparcml/sparcml/sparse"
 	"github.com/sparcml/sparcml/transport"
 )
@@ -19,8 +20,7 @@ import (
 //	6  2  reserved (0)
 //	8  8  stored entries of the rank's input
 //	16 24 the cost model: Alpha, Beta, Gamma as float64 bits
-//	40 4  q, number of index samples that follow (0 for an empty input,
-//	      or when neither balanced nor AlgoAuto: spSamples)
+//	40 4  q, number of index samples that follow (0 for an empty input)
 //	44 4  reserved (0)
 //	48 4q the samples: indices at evenly spaced ranks of the input's support
 const (
@@ -34,11 +34,6 @@ const (
 // ranges: 16 per range, at least 32 and at most 256, so the boundaries land
 // within about 1/16 of a range's share of the nonzeros.
 func spSampleCount(p int) int { return min(max(16*p, 32), 256) }
-
-// spSamples says whether the agreement carries index samples: for
-// balanced ranges when asked, and always under AlgoAuto, which runs
-// ssar-split on balanced ranges (splitBounds).
-func spSamples(opts SparseOptions) bool { return opts.Balanced || opts.Algo == AlgoAuto }
 
 // spAgreement is what every rank learned from the exchange: identical on
 // all ranks, so every decision taken from it is too.
@@ -60,10 +55,9 @@ func (a *spAgreement) total() int64 {
 // agree allgathers every rank's record, checks that the ranks passed the
 // same options and returns what they reported.
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
-	q := 0
-	if spSamples(opts) {
-		q = spSampleCount(c.p)
-	}
+	// Samples always: balanced ranges need them, and AlgoAuto runs
+	// ssar-split on balanced ranges (splitBounds).
+	q := spSampleCount(c.p)
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
 	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q))
 	blobs, err := spAllgatherBlobs(c.op, &c.sc, spStepAgree, mine, spRecordSize)
@@ -208,11 +202,21 @@ func (a *spAgreement) balancedBounds(dim, p int) []int {
 	}
 	// Weights are in units of 1/q entries: a sample of rank r weighs
 	// nnz[r], and all ranks use the same q. Every rank's samples are
-	// sorted (spParseRecord checks), so they are merged in index order
-	// rather than sorted together: the bounds are on the path of every
-	// AlgoAuto call, where sorting them took a tenth of its CPU on 8
-	// ranks (go test -bench SparseAutoOverhead -cpuprofile, ./collectives/).
-	m := spSampleMerge{samples: a.samples, heads: make([]int, len(a.samples))}
+	// sorted (spParseRecord checks), so they are merged in index order,
+	// ties in rank order, with a heap of keys index<<32 | rank, and only
+	// up to the last quantile: the bounds are on the path of every
+	// AlgoAuto call, where sorting all samples through a comparison took a
+	// tenth of its CPU on 8 ranks (go test -bench SparseAutoOverhead
+	// -cpuprofile ./collectives/) and scanning every rank's next sample
+	// grows as P^2 (BenchmarkBalancedBounds).
+	heads := make([]int, len(a.samples)) // each rank's next sample
+	var heap []uint64
+	for r, s := range a.samples {
+		if len(s) > 0 {
+			heap = append(heap, uint64(s[0])<<32|uint64(r))
+		}
+	}
+	keyheap.Init(heap)
 	b := make([]int, p+1)
 	b[p] = dim
 	var cum uint64
@@ -220,13 +224,17 @@ func (a *spAgreement) balancedBounds(dim, p int) []int {
 	for i := 1; i < p; i++ {
 		// Advance to the first sample at which the cumulated weight
 		// reaches i/p of the total: cum*p >= i*total.
-		for spLess128(cum, uint64(p), total, uint64(i)) {
-			r, ok := m.next()
-			if !ok {
-				break
-			}
+		for len(heap) > 0 && spLess128(cum, uint64(p), total, uint64(i)) {
+			r := int(uint32(heap[0]))
+			last = int(heap[0] >> 32)
 			cum += uint64(a.nnz[r])
-			last = int(a.samples[r][m.heads[r]-1])
+			if heads[r]++; heads[r] < len(a.samples[r]) {
+				heap[0] = uint64(a.samples[r][heads[r]])<<32 | uint64(r)
+			} else {
+				heap[0] = heap[len(heap)-1]
+				heap = heap[:len(heap)-1]
+			}
+			keyheap.Down(heap, 0)
 		}
 		bound := dim
 		if last >= 0 {
@@ -235,28 +243,6 @@ func (a *spAgreement) balancedBounds(dim, p int) []int {
 		b[i] = max(bound, b[i-1])
 	}
 	return b
-}
-
-// spSampleMerge walks every rank's sorted samples in index order.
-type spSampleMerge struct {
-	samples [][]uint32
-	heads   []int // next sample of each rank
-}
-
-// next returns the rank whose next sample is the smallest (the lowest
-// such rank on a tie) and moves past it, or false when all are taken.
-func (m *spSampleMerge) next() (int, bool) {
-	best := -1
-	for r, s := range m.samples {
-		if h := m.heads[r]; h < len(s) && (best < 0 || s[h] < m.samples[best][m.heads[best]]) {
-			best = r
-		}
-	}
-	if best < 0 {
-		return 0, false
-	}
-	m.heads[best]++
-	return best, true
 }
 
 // spLess128 reports whether a*b < c*d in 128-bit arithmetic.

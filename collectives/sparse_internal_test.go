@@ -74,6 +74,69 @@ func TestSparseBalancedBoundsAreRanges(t *testing.T) {
 				t.Fatalf("bounds %v decrease", b)
 			}
 		}
+		if want := quantileBounds(ag, dim, p); !slices.Equal(b, want) {
+			t.Fatalf("bounds %v, want the weighted quantiles %v (nnz %v)", b, want, ag.nnz)
+		}
+	}
+}
+
+// quantileBounds is balancedBounds by its definition, for reference: inner
+// bound i is the least s+1, s a sample, such that the samples up to s
+// weigh at least i/p of all (a sample of rank r weighs nnz[r]); equal
+// ranges when nothing is stored.
+func quantileBounds(ag *spAgreement, dim, p int) []int {
+	var total uint64
+	for r, s := range ag.samples {
+		total += uint64(len(s)) * uint64(ag.nnz[r])
+	}
+	if total == 0 {
+		return spEqualBounds(dim, p)
+	}
+	upTo := func(x uint32) (w uint64) {
+		for r, s := range ag.samples {
+			for _, y := range s {
+				if y <= x {
+					w += uint64(ag.nnz[r])
+				}
+			}
+		}
+		return w
+	}
+	b := make([]int, p+1)
+	b[p] = dim
+	for i := 1; i < p; i++ {
+		b[i] = dim
+		for _, s := range ag.samples {
+			for _, x := range s {
+				if upTo(x)*uint64(p) >= uint64(i)*total {
+					b[i] = min(b[i], int(x)+1)
+				}
+			}
+		}
+	}
+	return b
+}
+
+// BenchmarkBalancedBounds: the bounds of P ranks' samples, on the path of
+// every AlgoAuto call.
+func BenchmarkBalancedBounds(b *testing.B) {
+	for _, p := range []int{8, 64, 256} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		ag := &spAgreement{nnz: make([]int, p), samples: make([][]uint32, p)}
+		for r := range p {
+			ag.nnz[r] = 1000 + r
+			s := make([]uint32, spSampleCount(p))
+			for i := range s {
+				s[i] = rng.Uint32N(1 << 24)
+			}
+			slices.Sort(s)
+			ag.samples[r] = s
+		}
+		b.Run(fmt.Sprintf("P=%d", p), func(b *testing.B) {
+			for b.Loop() {
+				ag.balancedBounds(1<<24, p)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/sparcml/sparcml/internal/keyheap"
 )
 
 // Add sets dst = a + b. The result is dense when a or b is dense, or when
@@ -484,9 +486,7 @@ func mergeK[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
 			heap = append(heap, uint64(v.Indices[0])<<32|uint64(p))
 		}
 	}
-	for i := len(heap)/2 - 1; i >= 0; i-- {
-		siftDown(heap, i)
-	}
+	keyheap.Init(heap)
 	n := 0
 	for len(heap) > 0 {
 		key := heap[0]
@@ -505,28 +505,10 @@ func mergeK[T Float](dst *Vector[T], parts []*Vector[T], dim, total int) {
 			heap[0] = heap[len(heap)-1]
 			heap = heap[:len(heap)-1]
 		}
-		siftDown(heap, 0)
+		keyheap.Down(heap, 0)
 	}
 	dst.Dim, dst.Dense = dim, false
 	dst.Indices, dst.Values = idx[:n], val[:n]
-}
-
-func siftDown(heap []uint64, i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(heap) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(heap) && heap[r] < heap[l] {
-			m = r
-		}
-		if heap[m] >= heap[i] {
-			return
-		}
-		heap[i], heap[m] = heap[m], heap[i]
-		i = m
-	}
 }
 
 // scatterAdd adds vals at idx into dense; an index outside dense (an
