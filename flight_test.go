@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 )
 
 // runOnAll runs f on every rank at once and returns each rank's error.

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 // Init joins the job this process belongs to: it reads rank, size,

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/sparcml/sparcml/internal/config"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 // newLogger is the logger of a communicator: SPARCML_DEBUG's level and

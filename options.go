@@ -3,7 +3,7 @@ package sparcml
 import (
 	"time"
 
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 // Option adjusts Init, NewComm or Local. Options override the environment.

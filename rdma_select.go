@@ -3,9 +3,9 @@ package sparcml
 import (
 	"context"
 
-	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/rdma"
 	"github.com/sparcml/sparcml/transport"
 )

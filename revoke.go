@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 

@@ -40,10 +40,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/collectives"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 

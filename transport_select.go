@@ -8,11 +8,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sparcml/sparcml/bootstrap"
 	"github.com/sparcml/sparcml/fallback"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
-	"github.com/sparcml/sparcml/logging"
-	"github.com/sparcml/sparcml/shm"
+	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/shm"
 	"github.com/sparcml/sparcml/transport"
 )
 

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/fallback"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/sparse"
 )
 

@@ -5,8 +5,8 @@ import (
 	"net"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 

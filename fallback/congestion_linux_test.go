@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )

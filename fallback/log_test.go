@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 )
 
 // A flood of strangers during set-up costs one "refused connection"

@@ -1,7 +1,7 @@
 package fallback
 
 import (
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/transport"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/Mellanox/rdmamap"
-	"github.com/sparcml/sparcml/bootstrap"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/rdma/rdmainfo"
 	"github.com/sparcml/sparcml/verbs"
 )

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/transport"
 	"github.com/stretchr/testify/require"
 )

@@ -55,7 +55,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/memreg"
 	"github.com/sparcml/sparcml/transport"
 	"github.com/sparcml/sparcml/verbs"

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/transport"
 	"github.com/sparcml/sparcml/verbs"
 	"github.com/stretchr/testify/require"

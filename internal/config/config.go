@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 // Settings holds every SPARCML_* variable, parsed; a variable that is not

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 var update = flag.Bool("update", false, "rewrite README.md's table of variables from Vars")

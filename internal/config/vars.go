@@ -10,8 +10,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/sparcml/sparcml/bootstrap"
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 // Names used outside their own entry.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 const (

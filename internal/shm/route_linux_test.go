@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sparcml/sparcml/bootstrap"
 	"github.com/sparcml/sparcml/fallback"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/transport"
 	"github.com/sparcml/sparcml/transport/transporttest"
 )

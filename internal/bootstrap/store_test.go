@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 // logBuffer collects log lines for checks; safe for concurrent use.

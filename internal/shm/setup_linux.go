@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/transport"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sparcml/sparcml/logging"
+	"github.com/sparcml/sparcml/internal/logging"
 )
 
 // A broken launch (a wrong token, a size that disagrees, a duplicate rank,

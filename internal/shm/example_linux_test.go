@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/sparcml/sparcml/bootstrap"
-	"github.com/sparcml/sparcml/shm"
+	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/shm"
 	"github.com/sparcml/sparcml/transport"
 )
 

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/sparcml/sparcml/bootstrap"
+	"github.com/sparcml/sparcml/internal/bootstrap"
 )
 
 // The multi-process tests run ranks as child processes: this test binary
