@@ -182,7 +182,7 @@ deps-python:
 
 # Every run is bounded: the launcher's --timeout for the job, SPARCML_TIMEOUT
 # for each operation.
-BINDINGS_ENV := SPARCML_TIMEOUT=60s SPARCML_LOG=off
+BINDINGS_ENV := SPARCML_TIMEOUT=60s SPARCML_DEBUG=NONE
 
 test-bindings: build lib deps-python
 	@echo "== C ABI: the library exports exactly the header's functions =="

@@ -40,6 +40,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	log = log.WithRank(env.Rank)
 	if env.Rank == 0 {
 		logSettings(log, s)
+		for _, w := range config.Unknown(os.Environ()) {
+			log.Warnf(logging.Env, "%s", w)
+		}
 	}
 	if env.Launcher == launcherNone {
 		log.Infof(logging.Init, "no launcher environment (%s): running as a one-rank job", noLauncherHint)
