@@ -61,7 +61,7 @@ demo: build
 	@echo "== sparse logistic regression on URL-like data (3.2M features, 100 nonzeros per sample): dense against exact sparse allreduce of the gradients =="
 	$(BIN) train -n 4 --model logreg --data synthetic:url --samples 20000 --epochs 2 --compare dense,sparse
 	@echo
-	@echo "== dense allreduce: 4 ranks over TCP loopback, every result checked against the reference =="
+	@echo "== dense allreduce: 4 ranks over shared memory, every result checked against the reference =="
 	$(BIN) bench -n 4 --op allreduce --sizes 4K,256K,4M,16M --iters 10 --warmup 2 --check
 	@echo
 	@echo "== sparse allreduce of a 16M-dimension gradient at 0.1%, 1% and 10% density, against the dense allreduce of the same vector =="
@@ -182,7 +182,7 @@ deps-python:
 
 # Every run is bounded: the launcher's --timeout for the job, SPARCML_TIMEOUT
 # for each operation.
-BINDINGS_ENV := SPARCML_TIMEOUT=60s SPARCML_LOG=off
+BINDINGS_ENV := SPARCML_TIMEOUT=60s SPARCML_DEBUG=NONE
 
 test-bindings: build lib deps-python
 	@echo "== C ABI: the library exports exactly the header's functions =="

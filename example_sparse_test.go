@@ -145,3 +145,39 @@ func ExampleWithIndices() {
 	wg.Wait()
 	// Output: 20 [0 1 100 101] true
 }
+
+// A training loop names each gradient tensor with WithTensor: its calls
+// reuse the decision of a counts exchange, and WithTensor(id, n) makes
+// this tensor exchange again every n calls (here 2: calls 0 and 2 agree,
+// calls 1 and 3 reuse their plan).
+func ExampleWithTensor() {
+	comms, _ := sparcml.Local(2)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func(r int, c *sparcml.Comm) {
+			defer wg.Done()
+			for step := range 4 {
+				in, err := sparcml.NewSparseVector(1000, []uint32{uint32(r), uint32(100 + step)}, []float32{1, 1})
+				if err != nil {
+					panic(err)
+				}
+				out := &sparcml.SparseVector[float32]{}
+				st, err := sparcml.SparseAllreduce(context.Background(), c, in, out, sparcml.Sum,
+					sparcml.WithTensor(1, 2))
+				if err != nil {
+					panic(err)
+				}
+				if r == 0 {
+					fmt.Println(step, "reused:", st.Reused, "sum at", 100+step, "=", out.ToDense(nil)[100+step])
+				}
+			}
+		}(r, c)
+	}
+	wg.Wait()
+	// Output:
+	// 0 reused: false sum at 100 = 2
+	// 1 reused: true sum at 101 = 2
+	// 2 reused: false sum at 102 = 2
+	// 3 reused: true sum at 103 = 2
+}

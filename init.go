@@ -14,8 +14,8 @@ import (
 )
 
 // Init joins the job this process belongs to: it reads rank, size,
-// rendezvous address and token from the launcher's environment (see the
-// README's table of variables) unless options give them, meets the other
+// rendezvous address and token from the launcher's environment (see
+// docs/CONFIGURATION.md) unless options give them, meets the other
 // ranks through rank 0's store, and connects the transport. It returns
 // when every rank is connected, or fails with an error that says what was
 // missing or unreachable; an invalid value of any SPARCML_* variable is
@@ -40,6 +40,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	log = log.WithRank(env.Rank)
 	if env.Rank == 0 {
 		logSettings(log, s)
+		for _, w := range config.Unknown(os.Environ()) {
+			log.Warnf(logging.Env, "%s", w)
+		}
 	}
 	if env.Launcher == launcherNone {
 		log.Infof(logging.Init, "no launcher environment (%s): running as a one-rank job", noLauncherHint)

@@ -19,7 +19,7 @@ import (
 var launcherVars = []string{
 	"SPARCML_RANK", "SPARCML_SIZE", "SPARCML_ADDR", "SPARCML_TOKEN", "SPARCML_PORT", "SPARCML_IFNAME",
 	"SPARCML_TRANSPORT", "SPARCML_TIMEOUT", "SPARCML_INIT_TIMEOUT", "SPARCML_CALIBRATE",
-	"SPARCML_DEBUG", "SPARCML_DEBUG_SUBSYS", "SPARCML_LOG",
+	"SPARCML_DEBUG", "SPARCML_DEBUG_SUBSYS",
 	"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
 	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS",
@@ -118,7 +118,6 @@ func TestInitIncompleteLauncher(t *testing.T) {
 func TestInitRejectsInvalidVariables(t *testing.T) {
 	for name, value := range map[string]string{
 		"SPARCML_INIT_TIMEOUT": "xyz",
-		"SPARCML_LOG":          "debug",
 		"SPARCML_DEBUG":        "verbose",
 		"SPARCML_RDMA_SPIN":    "fast",
 	} {

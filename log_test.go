@@ -74,32 +74,39 @@ func filterRegexp(lines []string, re *regexp.Regexp) []string {
 	return out
 }
 
-// SPARCML_LOG=off, the superseded spelling, still silences the library;
 // WithLogger(nil) discards every line whatever the level.
-func TestLegacyLogAndNilLogger(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		opt  func(*lineLog) Option
-	}{
-		{"SPARCML_LOG=off", map[string]string{"SPARCML_LOG": "off"}, func(l *lineLog) Option { return WithLogger(l.logf) }},
-		{"WithLogger(nil)", map[string]string{"SPARCML_DEBUG": "TRACE"}, func(*lineLog) Option { return WithLogger(nil) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			clearEnv(t)
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			var log lineLog
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			c, err := Init(ctx, tc.opt(&log))
-			require.NoError(t, err)
-			require.NoError(t, Allreduce(ctx, c, []float32{1}, Sum))
-			c.Close()
-			assert.Empty(t, log.String())
-		})
-	}
+func TestNilLogger(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("SPARCML_DEBUG", "TRACE")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var log lineLog
+	c, err := Init(ctx, WithLogger(nil))
+	require.NoError(t, err)
+	require.NoError(t, Allreduce(ctx, c, []float32{1}, Sum))
+	c.Close()
+	assert.Empty(t, log.String())
+}
+
+// A SPARCML_* variable the library does not declare (a typing mistake)
+// gets one warning at Init naming the closest declared one, and a removed
+// one names its replacement; Init goes on.
+func TestUnknownVariableWarning(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("SPARCML_TIMEOT", "1m")
+	t.Setenv("SPARCML_LOG", "off")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var log lineLog
+	c, err := Init(ctx, WithLogger(log.logf))
+	require.NoError(t, err)
+	c.Close()
+	typo := log.matching(`SPARCML_TIMEOT`)
+	require.Len(t, typo, 1, log.String())
+	assert.Regexp(t, `WARN env: SPARCML_TIMEOT is not a sparcml variable and is ignored; did you mean SPARCML_TIMEOUT\?$`, typo[0])
+	removed := log.matching(`SPARCML_LOG`)
+	require.Len(t, removed, 1, log.String())
+	assert.Contains(t, removed[0], "SPARCML_LOG is no longer read: use SPARCML_DEBUG=NONE")
 }
 
 // At the default level a job writes its start-up line on rank 0 and

@@ -132,6 +132,7 @@ type callConfig struct {
 	indices     IndexWire
 	tensor      uint64 // WithTensor's id
 	tagged      bool   // WithTensor was given
+	agreeEvery  int    // WithTensor's interval; 0: the communicator's, -1: invalid
 }
 
 // WithAlgo forces an algorithm instead of the cost model's choice. Every

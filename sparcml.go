@@ -27,8 +27,8 @@
 // The library logs to stderr as NCCL does: SPARCML_DEBUG chooses how much
 // (NONE, VERSION, WARN, INFO, TRACE; default WARN: rank 0's start-up line
 // and warnings), SPARCML_DEBUG_SUBSYS which subsystems, and WithLogger
-// where to. Every SPARCML_* variable is listed, with its default, in the
-// README's table of variables.
+// where to. Every SPARCML_* variable is listed, with its default, in
+// docs/CONFIGURATION.md.
 package sparcml
 
 import (

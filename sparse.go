@@ -59,13 +59,26 @@ func ParseIndexWire(s string) (IndexWire, error) {
 // the same id, with the same dimension, value type and options, reduce one
 // tensor whose density changes slowly (a layer's gradient, step after
 // step), so under AlgoAuto or WithBalancedRanges they reuse the decision
-// of a counts exchange (algorithm, index wire, ranges) for
-// SPARCML_SPARSE_AGREE_EVERY calls instead of exchanging counts on every
-// call. Give each tensor of a step an id of its own, the same every step,
-// and the same on every rank. Without it every call exchanges: the call
-// alone cannot tell two tensors of one shape apart.
-func WithTensor(id uint64) CallOption {
-	return func(c *callConfig) { c.tensor, c.tagged = id, true }
+// of a counts exchange (algorithm, index wire, ranges) for several calls
+// instead of exchanging counts on every call. Give each tensor of a step
+// an id of its own, the same every step, and the same on every rank.
+// Without it every call exchanges: the call alone cannot tell two tensors
+// of one shape apart.
+//
+// WithTensor(id) exchanges again every SPARCML_SPARSE_AGREE_EVERY calls
+// (16 by default); WithTensor(id, n) every n calls (n >= 1; 1: on every
+// call), for a tensor whose density drifts faster or slower than the
+// others'. Every rank must pass the same n. An n below 1, or more than
+// one, fails the call with ErrInvalid.
+func WithTensor(id uint64, agreeEvery ...int) CallOption {
+	every := 0
+	switch {
+	case len(agreeEvery) > 1 || len(agreeEvery) == 1 && agreeEvery[0] < 1:
+		every = -1
+	case len(agreeEvery) == 1:
+		every = agreeEvery[0]
+	}
+	return func(c *callConfig) { c.tensor, c.tagged, c.agreeEvery = id, true, every }
 }
 
 // WithDenseOutput asks for the sparse allreduce's result in dense form
@@ -103,6 +116,9 @@ func StartSparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *Sparse
 func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], red ReduceOp, st *SparseStats, tk planTicket) opFunc {
 	return func(op *collectives.Op, cc callConfig) (Algo, error) {
 		defer tk.keep(nil) // a call that made no plan
+		if cc.agreeEvery < 0 {
+			return cc.algo, op.Fail(fmt.Errorf("%w: WithTensor takes one interval of at least 1 call", ErrInvalid))
+		}
 		plan, err := tk.plan(op.Ctx)
 		if err != nil {
 			return cc.algo, op.Fail(err)
@@ -124,6 +140,9 @@ func sparseTicket[T Float](c *Comm, in *SparseVector[T], red ReduceOp, opts []Ca
 		return planTicket{}
 	}
 	cc := c.callConfig(opts)
+	if cc.agreeEvery < 0 {
+		return planTicket{}
+	}
 	return c.plans.ticket(sparseKeyOf[T](in.Dim, red, cc), cc.tagged)
 }
 

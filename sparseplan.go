@@ -15,7 +15,8 @@ import (
 // for calls that name their tensor (WithTensor) a communicator keeps each
 // decision (collectives.SparsePlan) and reuses it for the calls of the
 // same tensor, dimension, value type and options that follow, exchanging
-// again every SPARCML_SPARSE_AGREE_EVERY calls, as Horovod's response
+// again every SPARCML_SPARSE_AGREE_EVERY calls (or WithTensor's own
+// interval, which is part of the key), as Horovod's response
 // cache spares the repeated negotiation of a named tensor. Untagged calls
 // exchange every time: the call alone cannot tell two tensors of one
 // shape apart, and a plan made at 1% density runs a call at 10% as it
@@ -52,6 +53,7 @@ type sparseKey struct {
 	balanced bool
 	quant    Quant
 	indices  IndexWire
+	every    int // WithTensor's interval; 0: the communicator's
 }
 
 type planSlot struct {
@@ -95,7 +97,11 @@ func (s *sparsePlans) ticket(key sparseKey, tagged bool) planTicket {
 		s.slots[key] = slot
 	}
 	defer func() { slot.calls++ }()
-	if s.every > 1 && slot.calls%s.every != 0 && slot.last != nil {
+	every := s.every
+	if key.every > 0 {
+		every = key.every
+	}
+	if every > 1 && slot.calls%every != 0 && slot.last != nil {
 		return planTicket{wait: slot.last}
 	}
 	slot.last = &planPromise{done: make(chan struct{})}
@@ -130,5 +136,5 @@ func (t planTicket) keep(p *collectives.SparsePlan) {
 
 func sparseKeyOf[T Float](dim int, red ReduceOp, cc callConfig) sparseKey {
 	return sparseKey{tensor: cc.tensor, dim: dim, dtype: collectives.DTypeOf[T](), red: red, algo: cc.algo,
-		balanced: cc.balanced, quant: cc.quant, indices: cc.indices}
+		balanced: cc.balanced, quant: cc.quant, indices: cc.indices, every: cc.agreeEvery}
 }

@@ -47,12 +47,29 @@ func equalDense(got *SparseVector[float32], want []float32) error {
 // their plan, blocking and started alike (three in flight at once), every
 // result the sum of that call's inputs; another tensor of the same shape
 // has a schedule of its own, and an untagged call exchanges; with 1 every
-// call exchanges.
+// call exchanges. WithTensor(id, n) sets the interval in place of the
+// variable (n = 4 under a variable of 1, n = 1 under the default 16).
 func TestSparsePlanSchedule(t *testing.T) {
 	const p, dim = 4, 4000
-	for _, every := range []int{4, 1} {
-		t.Run(fmt.Sprintf("every=%d", every), func(t *testing.T) {
-			t.Setenv("SPARCML_SPARSE_AGREE_EVERY", fmt.Sprint(every))
+	for _, tc := range []struct {
+		env, every int // the variable (0: unset) and the interval in effect
+		option     bool
+	}{
+		{env: 4, every: 4}, {env: 1, every: 1}, {env: 1, every: 4, option: true}, {every: 1, option: true},
+	} {
+		every := tc.every
+		t.Run(fmt.Sprintf("env=%d,every=%d", tc.env, every), func(t *testing.T) {
+			if tc.env > 0 {
+				t.Setenv("SPARCML_SPARSE_AGREE_EVERY", fmt.Sprint(tc.env))
+			} else {
+				t.Setenv("SPARCML_SPARSE_AGREE_EVERY", "")
+			}
+			withTensor := func(id uint64) CallOption {
+				if tc.option {
+					return WithTensor(id, every)
+				}
+				return WithTensor(id)
+			}
 			comms := localJob(t, p)
 			const calls = 9
 			inputs := make([][]*SparseVector[float32], calls)
@@ -61,7 +78,7 @@ func TestSparsePlanSchedule(t *testing.T) {
 				inputs[i], sums[i] = planInputs(t, p, dim, i)
 			}
 			other, otherSum := planInputs(t, p, dim, 99)
-			tensor := WithTensor(7)
+			tensor := withTensor(7)
 			errs := onEveryRank(t, comms, 30*time.Second, func(ctx context.Context, c *Comm) error {
 				me := c.Rank()
 				check := func(i int, st SparseStats, out *SparseVector[float32]) error {
@@ -86,7 +103,7 @@ func TestSparsePlanSchedule(t *testing.T) {
 						// Between them, another tensor of the same shape
 						// (its own first call, then its second) and the
 						// same shape untagged (an exchange every time).
-						for k, opt := range []CallOption{WithTensor(8), WithAlgo(AlgoAuto)} {
+						for k, opt := range []CallOption{withTensor(8), WithAlgo(AlgoAuto)} {
 							o := &SparseVector[float32]{}
 							st, err := SparseAllreduce(ctx, c, other[me], o, Sum, opt)
 							exchanges := k == 1 || i == 1 || every == 1
@@ -162,6 +179,30 @@ func TestSparsePlanAfterFailedExchange(t *testing.T) {
 			}
 		}
 		return nil
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+// WithTensor with an interval below 1, or with two, fails the call with
+// ErrInvalid on every rank, and the next valid call succeeds.
+func TestWithTensorInvalidInterval(t *testing.T) {
+	const p, dim = 3, 1000
+	comms := localJob(t, p)
+	in, sum := planInputs(t, p, dim, 1)
+	errs := onEveryRank(t, comms, 30*time.Second, func(ctx context.Context, c *Comm) error {
+		me := c.Rank()
+		for _, opt := range []CallOption{WithTensor(1, 0), WithTensor(1, -3), WithTensor(1, 2, 2)} {
+			if _, err := SparseAllreduce(ctx, c, in[me], &SparseVector[float32]{}, Sum, opt); !errors.Is(err, ErrInvalid) {
+				return fmt.Errorf("invalid interval: err = %v, want ErrInvalid", err)
+			}
+		}
+		out := &SparseVector[float32]{}
+		if _, err := SparseAllreduce(ctx, c, in[me], out, Sum, WithTensor(1, 2)); err != nil {
+			return err
+		}
+		return equalDense(out, sum)
 	})
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)

@@ -61,7 +61,7 @@
  * Environment
  *
  *   sparcml_init reads the launcher's environment (sparcml run, torchrun,
- *   mpirun, srun; SPARCML_* variables, see the README's table). The Go
+ *   mpirun, srun; SPARCML_* variables, see docs/CONFIGURATION.md). The Go
  *   runtime inside the library copies the process environment when the
  *   library is loaded: variables set later (setenv) are not seen.
  *   A process must not call into the library after fork() in the child.

@@ -5,8 +5,8 @@ package quant
 import "golang.org/x/sys/cpu"
 
 // Decoding a q4 sparse message is the largest CPU cost of receiving one
-// (go tool pprof on sparcml bench --op sparse-allreduce --quant q4 with
-// SPARCML_CPUPROFILE): its index gaps first, then its 4-bit values. With
+// (go tool pprof on sparcml bench --op sparse-allreduce --quant q4
+// --cpuprofile): its index gaps first, then its 4-bit values. With
 // AVX2 both run in vector kernels (unpack_amd64.s). Blocks of widths up
 // to 16 bits decode 8 gaps at a time: eight gaps of w bits are exactly w
 // bytes, so each group is one 16-byte load,

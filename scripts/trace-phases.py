@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Splits the timed part of `sparcml bench` iterations into phases, from
-execution traces (SPARCML_TRACE), to see where a p2p round trip's time
+execution traces (sparcml bench --trace), to see where a p2p round trip's time
 goes in our transport and in the plain socket of --baseline.
 
-    SPARCML_TRACE=/tmp/t sparcml bench -n 2 --op p2p --sizes 16K --baseline \
+    sparcml bench -n 2 --op p2p --sizes 16K --baseline --trace /tmp/t \
         --iters 400 --warmup 3
     go tool trace -d=parsed /tmp/t.rank0 > /tmp/t0.txt
     go tool trace -d=parsed /tmp/t.rank1 > /tmp/t1.txt

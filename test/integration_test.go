@@ -484,7 +484,7 @@ func TestCLIRejectsInvalidVariables(t *testing.T) {
 	}{
 		{"SPARCML_TIMEOUT=soon", []string{"bench", "-n", "2", "--op", "barrier", "--iters", "1"}},
 		{"SPARCML_DEBUG=debug", []string{"run", "-n", "2", "--", testprogBin, "empty"}},
-		{"SPARCML_LOG=verbose", []string{"bench", "--op", "barrier", "--iters", "1"}},
+		{"SPARCML_TRANSPORT=ib", []string{"bench", "--op", "barrier", "--iters", "1"}},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			_, errOut, err := runCmd(t, 30*time.Second, []string{tc.env}, sparcmlBin, tc.args...)

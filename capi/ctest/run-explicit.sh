@@ -10,7 +10,7 @@ token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 pids=()
 for ((r = 0; r < n; r++)); do
 	env -u SPARCML_RANK -u SPARCML_SIZE -u SPARCML_ADDR -u SPARCML_TOKEN \
-		SPARCML_LOG=off SPARCML_TIMEOUT=60s \
+		SPARCML_DEBUG=NONE SPARCML_TIMEOUT=60s \
 		timeout 180 "$prog" --rank "$r" --size "$n" --addr "127.0.0.1:$port" --token "$token" &
 	pids+=($!)
 done

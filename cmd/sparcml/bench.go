@@ -20,7 +20,7 @@ Times an operation as nccl-tests do: per size, warm-up iterations, then
 timed ones, each started after a barrier; an iteration's time is the
 slowest rank's. Without -n it joins the job its environment describes
 (sparcml run, srun, mpirun, torchrun). Output columns and JSON fields are
-described in README.md ("The CLI").
+described in docs/CLI.md.
 
 flags:`
 
@@ -38,31 +38,27 @@ func benchCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.progress = env.Progress
-	if !env.ProgressSet {
-		cfg.progress = isTerminal(os.Stderr)
-	}
 	if cfg.n > 0 {
-		return relaunchSelf(relaunchJob{sub: "bench", args: cfg.args, n: cfg.n, progress: cfg.progress, bindTo: cfg.bindTo, token: env.Token})
+		return relaunchSelf(relaunchJob{sub: "bench", args: cfg.args, n: cfg.n, progress: cfg.progress.show(), bindTo: cfg.bindTo, token: env.Token})
 	}
-	return runBench(cfg, env)
+	return runBench(cfg)
 }
 
-func runBench(cfg *benchConfig, env *config.Settings) error {
+func runBench(cfg *benchConfig) error {
 	ctx := context.Background()
 	comm, err := sparcml.Init(ctx, sparcml.WithTransport(cfg.transport))
 	if err != nil {
 		return err
 	}
 	defer comm.Close()
-	if stop, err := startCPUProfile(env, comm.Rank()); err != nil {
+	if stop, err := startCPUProfile(cfg, comm.Rank()); err != nil {
 		return err
 	} else {
 		defer stop()
 	}
 	out := newReporter(os.Stdout, cfg.format, comm.Rank() == 0)
 	var p progress
-	if cfg.progress && comm.Rank() == 0 {
+	if cfg.progress.show() && comm.Rank() == 0 {
 		p = progress{w: os.Stderr, total: len(cfg.sizes)}
 	}
 	if strings.HasPrefix(cfg.op, "sparse-") {
@@ -185,14 +181,14 @@ func median(xs []float64) float64 {
 }
 
 // startCPUProfile writes a CPU profile of this rank to
-// $SPARCML_CPUPROFILE.rank<R> when that variable is set, for finding where
-// a benchmark's time goes (go tool pprof bin/sparcml FILE), and where its
-// memory is allocated to $SPARCML_MEMPROFILE.rank<R> (go tool pprof
-// -sample_index=alloc_space), and an execution trace, which shows every
-// goroutine and thread wake-up, to $SPARCML_TRACE.rank<R> (go tool trace;
-// the timed part of each iteration is a region, "sparcml" or "raw-tcp").
-func startCPUProfile(env *config.Settings, rank int) (stop func(), err error) {
-	if prefix := env.MemProfile; prefix != "" {
+// PREFIX.rank<R> with --cpuprofile PREFIX, for finding where a benchmark's
+// time goes (go tool pprof bin/sparcml FILE), where its memory is
+// allocated with --memprofile (go tool pprof -sample_index=alloc_space),
+// and an execution trace, which shows every goroutine and thread wake-up,
+// with --trace (go tool trace; the timed part of each iteration is a
+// region, "sparcml" or "raw-tcp").
+func startCPUProfile(cfg *benchConfig, rank int) (stop func(), err error) {
+	if prefix := cfg.memProfile; prefix != "" {
 		return func() {
 			if f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, rank)); err == nil {
 				pprof.Lookup("allocs").WriteTo(f, 0)
@@ -200,10 +196,10 @@ func startCPUProfile(env *config.Settings, rank int) (stop func(), err error) {
 			}
 		}, nil
 	}
-	if prefix := env.ExecTrace; prefix != "" {
+	if prefix := cfg.execTrace; prefix != "" {
 		return recordTo(prefix, rank, trace.Start, trace.Stop)
 	}
-	if prefix := env.CPUProfile; prefix != "" {
+	if prefix := cfg.cpuProfile; prefix != "" {
 		return recordTo(prefix, rank, pprof.StartCPUProfile, pprof.StopCPUProfile)
 	}
 	return func() {}, nil

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,16 +32,19 @@ type benchConfig struct {
 	root      int
 	baseline  bool
 	window    int
-	progress  bool
-	densities []float64
-	dist      string
-	vsDense   bool
-	balanced  bool
-	quant     sparcml.Quant
-	indices   sparcml.IndexWire
-	inflight  int
-	compute   string // "auto" or microseconds
-	spin      bool
+	progress  progressFlag
+	// cpuProfile, memProfile and execTrace are file prefixes: each rank
+	// writes PREFIX.rankR.
+	cpuProfile, memProfile, execTrace string
+	densities                         []float64
+	dist                              string
+	vsDense                           bool
+	balanced                          bool
+	quant                             sparcml.Quant
+	indices                           sparcml.IndexWire
+	inflight                          int
+	compute                           string // "auto" or microseconds
+	spin                              bool
 	// injectWrong is the hidden --inject-wrong test hook: every rank
 	// perturbs the first K elements of each result it checks, so that
 	// tests can see a wrong result reported as one.
@@ -102,6 +107,10 @@ func newBenchFlags(cfg *benchConfig, v *benchFlagValues) *flag.FlagSet {
 	fs.IntVar(&cfg.inflight, "inflight", 0, "overlap mode: keep K operations in flight while each rank computes, and report compute alone, communication alone and both")
 	fs.StringVar(&cfg.compute, "compute", "auto", "with --inflight: compute time per iteration in microseconds, or auto (= the communication time)")
 	fs.StringVar(&v.computeMode, "compute-mode", "spin", "with --inflight: spin (a CPU busy loop) or sleep (compute on an accelerator, CPU idle)")
+	fs.Var(&cfg.progress, "progress", progressUsage)
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to PREFIX.rankR (go tool pprof)")
+	fs.StringVar(&cfg.memProfile, "memprofile", "", "write each rank's allocation profile to PREFIX.rankR (go tool pprof -sample_index=alloc_space)")
+	fs.StringVar(&cfg.execTrace, "trace", "", "write each rank's Go execution trace to PREFIX.rankR (go tool trace; not the SPARCML_DEBUG=TRACE log level)")
 	fs.IntVar(&cfg.injectWrong, "inject-wrong", 0, "test hook: perturb the first K elements of every checked result")
 	fs.SetOutput(io.Discard)
 	return fs
@@ -252,6 +261,11 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	if cfg.injectWrong < 0 {
 		return nil, usagef("--inject-wrong must be >= 0")
 	}
+	for name, prefix := range map[string]string{"cpuprofile": cfg.cpuProfile, "memprofile": cfg.memProfile, "trace": cfg.execTrace} {
+		if err := checkPrefix(prefix); err != nil {
+			return nil, usagef("--%s: %v", name, err)
+		}
+	}
 	cfg.args = args
 	return cfg, nil
 }
@@ -365,5 +379,18 @@ func parseAlgos(cfg *benchConfig) error {
 		return usagef("--algo takes a list only with --op sparse-allreduce")
 	}
 	cfg.algo, cfg.algoName = cfg.algos[0], cfg.algoNames[0]
+	return nil
+}
+
+// checkPrefix checks that the directory of a file prefix exists, so that
+// a typing mistake shows at start-up, not when a long benchmark ends.
+func checkPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	dir := filepath.Dir(prefix)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("directory %s does not exist", strconv.Quote(dir))
+	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 // result is one row of the benchmark's output. Times are in
 // microseconds, bandwidths in GB/s (10^9 bytes per second), sizes in
-// bytes; README.md documents every field.
+// bytes; docs/CLI.md documents every field.
 type result struct {
 	Op         string  `json:"op"`
 	Algo       string  `json:"algo"`

@@ -51,6 +51,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--window", "0", "--op", "p2p"}, {"--window", "4", "--op", "allreduce"},
 		{"--algo", "ring,auto"}, {"--op", "sparse-allreduce", "--algo", "dsar,dsar"}, {"--op", "sparse-allreduce", "--algo", "dsar,"},
 		{"--algo", "auto-tensor"}, {"--op", "sparse-allgather", "--algo", "auto-tensor"},
+		{"--cpuprofile", "/nonexistent-dir/cpu"}, {"--memprofile", "/nonexistent-dir/mem"}, {"--trace", "/nonexistent-dir/t"},
+		{"--progress=maybe"},
 	} {
 		if _, err := parseBenchFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
@@ -66,6 +68,30 @@ func TestBenchFlagErrors(t *testing.T) {
 	if err != nil || !slices.Equal(cfg.algoNames, []string{"dsar", "auto", "auto-tensor"}) || cfg.algoName != "dsar" ||
 		!slices.Equal(cfg.algos, []sparcml.Algo{sparcml.AlgoDSAR, sparcml.AlgoAuto, sparcml.AlgoAuto}) {
 		t.Fatalf("--algo list: %+v, %v", cfg, err)
+	}
+}
+
+// --progress is on or off when given (alone: on), else unset; the
+// profile flags keep their prefix.
+func TestBenchProgressAndProfileFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		set, on  bool
+		cpu, tra string
+	}{
+		{args: nil},
+		{args: []string{"--progress"}, set: true, on: true},
+		{args: []string{"--progress=false"}, set: true},
+		{args: []string{"--progress=0", "--progress=true"}, set: true, on: true},
+		{args: []string{"--cpuprofile", "/tmp/cpu", "--trace", "/tmp/t"}, cpu: "/tmp/cpu", tra: "/tmp/t"},
+	} {
+		cfg, err := parseBenchFlags(tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if cfg.progress.set != tc.set || cfg.progress.on != tc.on || cfg.cpuProfile != tc.cpu || cfg.execTrace != tc.tra {
+			t.Errorf("%v: progress %+v, cpuprofile %q, trace %q", tc.args, cfg.progress, cfg.cpuProfile, cfg.execTrace)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/sparcml/sparcml/internal/launch"
@@ -27,14 +28,12 @@ func relaunchSelf(j relaunchJob) error {
 		return err
 	}
 	// The ranks' stderr is a pipe to the launcher: decide for them.
-	env := []string{"SPARCML_PROGRESS=0"}
-	if j.progress {
-		env = []string{"SPARCML_PROGRESS=1"}
-	}
+	args := append([]string{j.sub}, withoutN(j.args)...)
+	args = append(args, "--progress="+strconv.FormatBool(j.progress))
 	bind, _ := parseBindTo(j.bindTo)
 	return launch.Run(context.Background(), launch.Config{
-		N: j.n, Program: self, Args: append([]string{j.sub}, withoutN(j.args)...),
-		Env: env, Stdout: os.Stdout, Stderr: os.Stderr,
+		N: j.n, Program: self, Args: args,
+		Stdout: os.Stdout, Stderr: os.Stderr,
 		BindCores: bind, Token: j.token, KeepGoing: j.keepGoing,
 	})
 }
@@ -56,3 +55,32 @@ func withoutN(args []string) []string {
 	}
 	return out
 }
+
+// progressFlag is --progress: on or off when given, else on when stderr
+// is a terminal.
+type progressFlag struct{ set, on bool }
+
+func (p *progressFlag) Set(v string) error {
+	on, err := strconv.ParseBool(v)
+	p.set, p.on = true, on
+	return err
+}
+
+func (p *progressFlag) String() string {
+	if p == nil || !p.set {
+		return ""
+	}
+	return strconv.FormatBool(p.on)
+}
+
+func (p *progressFlag) IsBoolFlag() bool { return true }
+
+// show says whether to draw the progress line.
+func (p *progressFlag) show() bool {
+	if p.set {
+		return p.on
+	}
+	return isTerminal(os.Stderr)
+}
+
+const progressUsage = "draw a progress line on stderr (--progress=false: never; default: when stderr is a terminal)"

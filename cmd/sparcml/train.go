@@ -41,7 +41,7 @@ type trainFlags struct {
 	transport string
 	save      string
 	plot      string
-	progress  bool
+	progress  progressFlag
 	args      []string
 }
 
@@ -92,6 +92,7 @@ func newTrainFlags(f *trainFlags, v *trainFlagValues) *flag.FlagSet {
 	fs.StringVar(&c.Load, "load", "", "start from the model in FILE.npz")
 	fs.StringVar(&f.format, "format", "table", "output: table|json (one JSON object per evaluation)")
 	fs.StringVar(&f.transport, "transport", "", "transport: auto|shm|tcp|rdma (default: SPARCML_TRANSPORT, else auto: shared memory within a host, RDMA or TCP between hosts)")
+	fs.Var(&f.progress, "progress", progressUsage)
 	return fs
 }
 
@@ -191,12 +192,8 @@ func trainCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	f.progress = env.Progress
-	if !env.ProgressSet {
-		f.progress = isTerminal(os.Stderr)
-	}
 	if f.n > 0 {
-		return relaunchSelf(relaunchJob{sub: "train", args: f.args, n: f.n, progress: f.progress, bindTo: f.bindTo, token: env.Token, keepGoing: f.cfg.OnFailure == "shrink"})
+		return relaunchSelf(relaunchJob{sub: "train", args: f.args, n: f.n, progress: f.progress.show(), bindTo: f.bindTo, token: env.Token, keepGoing: f.cfg.OnFailure == "shrink"})
 	}
 	if f.cfg.Threads == 0 {
 		f.cfg.Threads = defaultThreads(env.LocalSize)
@@ -260,7 +257,7 @@ func runTraining(ctx context.Context, comm *sparcml.Comm, f *trainFlags) error {
 		comm = c
 	}
 	var bar *train.Progress
-	if root && f.progress {
+	if root && f.progress.show() {
 		bar = &train.Progress{W: os.Stderr}
 		job.Progress = bar.Show
 	}

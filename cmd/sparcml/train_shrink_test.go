@@ -45,7 +45,7 @@ func TestTrainOnFailureShrink(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "train", "-n", "4", "--on-failure", "shrink", "--hidden", "64,32",
 		"--samples", "6000", "--epochs", "3", "--eval-every", "0.25", "--format", "json", "--save", model)
-	cmd.Env = append(os.Environ(), "SPARCML_LOG=off", "SPARCML_TIMEOUT=30s")
+	cmd.Env = append(os.Environ(), "SPARCML_DEBUG=NONE", "SPARCML_TIMEOUT=30s")
 	var errBuf bytes.Buffer
 	cmd.Stderr = &errBuf
 	pipe, err := cmd.StdoutPipe()

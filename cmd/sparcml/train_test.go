@@ -74,7 +74,7 @@ func runTrain(t *testing.T, timeout time.Duration, args ...string) (stdout, stde
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sparcmlBinary(t), append([]string{"train"}, args...)...)
-	cmd.Env = append(os.Environ(), "SPARCML_LOG=off", "SPARCML_TIMEOUT=60s")
+	cmd.Env = append(os.Environ(), "SPARCML_DEBUG=NONE", "SPARCML_TIMEOUT=60s")
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.WaitDelay = 5 * time.Second

@@ -2,8 +2,11 @@
 // every SPARCML_* variable is declared once in the table Vars with its
 // type, default and meaning (as NCCL declares its parameters with
 // NCCL_PARAM), read and validated by Load, and handed to the packages
-// below the public API as the typed fields of Settings. README's table of
-// variables is generated from Vars (go test ./internal/config -update).
+// below the public API as the typed fields of Settings. The tables of
+// variables in docs/CONFIGURATION.md are generated from Vars (go test
+// ./internal/config -update). Unknown reports the SPARCML_* names of an
+// environment that Vars does not declare (a typing mistake, or a variable
+// that was removed).
 package config
 
 import (
@@ -55,15 +58,6 @@ type Settings struct {
 	RDMAWaitSpin  time.Duration // 0: the transport's default; negative: never
 	RDMAAdvertise bool
 
-	// sparcml bench.
-	Progress, ProgressSet bool
-	CPUProfile            string
-	MemProfile            string
-	ExecTrace             string
-
-	// legacyLog is SPARCML_LOG's value, "off" or "on" ("" when unset).
-	legacyLog string
-
 	// set lists the variables that were set, in table order, with their
 	// values (secrets hidden), for the start-up log.
 	set []string
@@ -72,22 +66,26 @@ type Settings struct {
 // Var declares one variable.
 type Var struct {
 	Name string
-	// Type is the kind of value, as the README shows it.
+	// Type is the kind of value, as docs/CONFIGURATION.md shows it.
 	Type string
 	// Default is the value used when the variable is not set, parsed
 	// like a set value; "" when not setting it means something else,
 	// which Unset says.
 	Default string
 	Unset   string
-	// Meaning is what the variable does, for the README.
+	// Meaning is what the variable does, for docs/CONFIGURATION.md.
 	Meaning string
 	// Secret values are never logged.
 	Secret bool
+	// Advanced variables tune the transports and the start-up; the
+	// documentation lists them apart from those a user sets to run a
+	// job.
+	Advanced bool
 	// parse checks value and stores it in s.
 	parse func(s *Settings, value string) error
 }
 
-// DefaultText is the default as the README shows it.
+// DefaultText is the default as docs/CONFIGURATION.md shows it.
 func (v *Var) DefaultText() string {
 	if v.Default != "" {
 		return "`" + v.Default + "`"
@@ -129,30 +127,10 @@ func Load(getenv func(string) string) (*Settings, error) {
 		}
 		s.set = append(s.set, v.Name+"="+shown)
 	}
-	if err := s.applyLogAlias(getenv); err != nil {
-		errs = append(errs, err)
-	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return s, nil
-}
-
-// applyLogAlias maps the superseded SPARCML_LOG onto SPARCML_DEBUG: off
-// is NONE, on the default. Setting both is an error rather than one of
-// them being ignored.
-func (s *Settings) applyLogAlias(getenv func(string) string) error {
-	if s.legacyLog == "" {
-		return nil
-	}
-	if strings.TrimSpace(getenv(envDebug)) != "" {
-		return &Error{Name: envLog, Value: strings.TrimSpace(getenv(envLog)),
-			Err: errors.New("SPARCML_LOG is superseded by SPARCML_DEBUG, which is also set: unset SPARCML_LOG")}
-	}
-	if s.legacyLog == "off" {
-		s.Debug = logging.None
-	}
-	return nil
 }
 
 // SetVars lists the variables that were set, as NAME=value (secrets
@@ -169,12 +147,16 @@ func Lookup(name string) (*Var, bool) {
 	return nil, false
 }
 
-// Markdown renders Vars as the README's table.
-func Markdown() string {
+// Markdown renders the variables of Vars whose Advanced is advanced as a
+// table of docs/CONFIGURATION.md.
+func Markdown(advanced bool) string {
 	var b strings.Builder
 	b.WriteString("| variable | type | default | meaning |\n| --- | --- | --- | --- |\n")
 	for i := range Vars {
 		v := &Vars[i]
+		if v.Advanced != advanced {
+			continue
+		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", v.Name, v.Type, v.DefaultText(), v.Meaning)
 	}
 	return b.String()

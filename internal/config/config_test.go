@@ -20,7 +20,7 @@ import (
 	"github.com/sparcml/sparcml/internal/logging"
 )
 
-var update = flag.Bool("update", false, "rewrite README.md's table of variables from Vars")
+var update = flag.Bool("update", false, "rewrite docs/CONFIGURATION.md's tables of variables from Vars")
 
 // samples gives every variable a valid and an invalid value. A variable
 // added to Vars without samples fails TestEveryVariableHasSamples.
@@ -44,7 +44,6 @@ var samples = map[string]struct{ valid, invalid string }{
 	"SPARCML_FLIGHT_OPS":         {"64", "0"},
 	"SPARCML_DEBUG":              {"info", "debug"},
 	"SPARCML_DEBUG_SUBSYS":       {"^tcp", "graph"},
-	"SPARCML_LOG":                {"off", "debug"},
 	"SPARCML_TCP_CONGESTION":     {"cubic", "bbr cubic"},
 	"SPARCML_IB_DEV":             {"mlx5_0:1", "mlx5_0:x"},
 	"SPARCML_IB_GID_INDEX":       {"3", "-2"},
@@ -52,10 +51,6 @@ var samples = map[string]struct{ valid, invalid string }{
 	"SPARCML_RDMA_SPIN":          {"0", "fast"},
 	"SPARCML_RDMA_WAIT_SPIN":     {"1ms", "-5us"},
 	"SPARCML_RDMA_ADVERTISE":     {"0", "2"},
-	"SPARCML_PROGRESS":           {"1", "yes please"},
-	"SPARCML_CPUPROFILE":         {"/tmp/cpu", "/nonexistent-dir/cpu"},
-	"SPARCML_MEMPROFILE":         {"/tmp/mem", "/nonexistent-dir/mem"},
-	"SPARCML_TRACE":              {"/tmp/trace", "/nonexistent-dir/trace"},
 }
 
 func env(vars map[string]string) func(string) string {
@@ -103,9 +98,7 @@ func TestInvalidValueOfEveryVariableIsRejected(t *testing.T) {
 func TestValidValuesAndErrorsTogether(t *testing.T) {
 	all := map[string]string{}
 	for _, v := range Vars {
-		if v.Name != envLog { // SPARCML_LOG and SPARCML_DEBUG together are an error
-			all[v.Name] = samples[v.Name].valid
-		}
+		all[v.Name] = samples[v.Name].valid
 	}
 	if _, err := Load(env(all)); err != nil {
 		t.Fatalf("valid samples rejected: %v", err)
@@ -140,37 +133,19 @@ func TestValuesParsed(t *testing.T) {
 		"SPARCML_TIMEOUT": " none ", "SPARCML_INIT_TIMEOUT": "1.5", "SPARCML_TRANSPORT": "RDMA",
 		"SPARCML_RDMA_EAGER": "64K", "SPARCML_RDMA_SPIN": "0", "SPARCML_RDMA_WAIT_SPIN": "250us",
 		"SPARCML_DEBUG": "trace", "SPARCML_DEBUG_SUBSYS": "coll,tcp", "SPARCML_TOKEN": "s3cret",
-		"SPARCML_PROGRESS": "off",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Timeout != 0 || s.InitTimeout != 1500*time.Millisecond || s.Transport != "rdma" || s.RDMAEager != 65536 ||
 		s.RDMASpin != -1 || s.RDMAWaitSpin != 250*time.Microsecond || s.Debug != logging.Trace ||
-		s.DebugSubsys != logging.Coll|logging.TCP || s.Progress || !s.ProgressSet {
+		s.DebugSubsys != logging.Coll|logging.TCP {
 		t.Errorf("parsed %+v", *s)
 	}
 	set := strings.Join(s.SetVars(), " ")
 	if strings.Contains(set, "s3cret") || !strings.Contains(set, "SPARCML_TOKEN=(set, not shown)") ||
 		!strings.Contains(set, "SPARCML_RDMA_EAGER=64K") {
 		t.Errorf("SetVars = %q: want every set variable, the token hidden", set)
-	}
-}
-
-// SPARCML_LOG=off is an alias of SPARCML_DEBUG=NONE; other values, and
-// setting both, are errors.
-func TestLegacyLog(t *testing.T) {
-	s, err := Load(env(map[string]string{"SPARCML_LOG": "off"}))
-	if err != nil || s.Debug != logging.None {
-		t.Errorf("SPARCML_LOG=off: %v, %v; want NONE", s, err)
-	}
-	s, err = Load(env(map[string]string{"SPARCML_LOG": "on"}))
-	if err == nil {
-		t.Errorf("SPARCML_LOG=on accepted (level %v)", s.Debug)
-	}
-	_, err = Load(env(map[string]string{"SPARCML_LOG": "off", "SPARCML_DEBUG": "INFO"}))
-	if err == nil || !strings.Contains(err.Error(), "SPARCML_LOG") || !strings.Contains(err.Error(), "SPARCML_DEBUG") {
-		t.Errorf("both set: %v, want an error naming both", err)
 	}
 }
 
@@ -206,39 +181,64 @@ func TestParseBytes(t *testing.T) {
 	}
 }
 
-// README's table of variables is Markdown() between the markers.
-func TestREADMETable(t *testing.T) {
-	path := filepath.Join(moduleRoot(t), "README.md")
+// docs/CONFIGURATION.md's two tables of variables are Markdown(false) and
+// Markdown(true), each between its markers.
+func TestConfigurationTables(t *testing.T) {
+	path := filepath.Join(moduleRoot(t), configDoc)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(raw)
-	begin := strings.Index(readme, readmeBegin)
-	end := strings.Index(readme, readmeEnd)
-	if begin < 0 || end < begin {
-		t.Fatalf("README.md lacks the markers %q and %q around the table of variables", readmeBegin, readmeEnd)
+	doc := string(raw)
+	changed := false
+	for _, table := range []struct {
+		begin, end string
+		advanced   bool
+	}{
+		{tableBegin, tableEnd, false},
+		{advancedBegin, advancedEnd, true},
+	} {
+		begin := strings.Index(doc, table.begin)
+		end := strings.Index(doc, table.end)
+		if begin < 0 || end < begin {
+			t.Fatalf("%s lacks the markers %q and %q around a table of variables", configDoc, table.begin, table.end)
+		}
+		begin += len(table.begin)
+		want := "\n" + Markdown(table.advanced)
+		if doc[begin:end] != want {
+			doc, changed = doc[:begin]+want+doc[end:], true
+		}
 	}
-	begin += len(readmeBegin)
-	want := "\n" + Markdown()
-	if readme[begin:end] == want {
+	if !changed {
 		return
 	}
 	if *update {
-		if err := os.WriteFile(path, []byte(readme[:begin]+want+readme[end:]), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("README.md's table of variables differs from Vars; run go test ./internal/config -update")
+	t.Errorf("%s's tables of variables differ from Vars; run go test ./internal/config -update", configDoc)
+}
+
+// Every table holds some variables.
+func TestBothTablesHoldVariables(t *testing.T) {
+	for _, advanced := range []bool{false, true} {
+		if strings.Count(Markdown(advanced), "\n") < 4 {
+			t.Errorf("Markdown(%v) has fewer than two variables:\n%s", advanced, Markdown(advanced))
+		}
+	}
 }
 
 const (
-	readmeBegin = "<!-- variables: generated from internal/config/vars.go by `go test ./internal/config -update` -->"
-	readmeEnd   = "<!-- end of variables -->"
+	configDoc     = "docs/CONFIGURATION.md"
+	tableBegin    = "<!-- variables: generated from internal/config/vars.go by `go test ./internal/config -update` -->"
+	tableEnd      = "<!-- end of variables -->"
+	advancedBegin = "<!-- advanced variables: generated from internal/config/vars.go by `go test ./internal/config -update` -->"
+	advancedEnd   = "<!-- end of advanced variables -->"
 )
 
-// The SPARCML_* names the code mentions, the table and the README's table
+// The SPARCML_* names the code mentions, the table and docs/CONFIGURATION.md
 // are one set, and no package reads a SPARCML_* variable itself.
 func TestCodeReadsOnlyTheTable(t *testing.T) {
 	root := moduleRoot(t)
@@ -293,17 +293,20 @@ func TestCodeReadsOnlyTheTable(t *testing.T) {
 		table = append(table, v.Name)
 	}
 	for name, where := range mentioned {
+		if _, gone := removed[name]; gone || readByOthers(name) {
+			continue // named by Unknown, not read
+		}
 		if !slices.Contains(table, name) {
 			t.Errorf("%s (in %s) is not declared in internal/config/vars.go", name, strings.Join(slices.Compact(where), ", "))
 		}
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	doc, err := os.ReadFile(filepath.Join(root, configDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range table {
-		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("README.md does not document %s", name)
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("%s does not document %s", configDoc, name)
 		}
 	}
 	// Only this package calls os.Getenv or os.LookupEnv with a SPARCML_*
@@ -331,7 +334,6 @@ func TestCodeReadsOnlyTheTable(t *testing.T) {
 	onlyWritten := map[string]string{
 		"SPARCML_LOCAL_RANK": filepath.Join("internal", "launch"),
 		"SPARCML_LOCAL_SIZE": filepath.Join("internal", "launch"),
-		"SPARCML_LOG":        "", // an alias this package maps onto SPARCML_DEBUG
 	}
 	used := map[string]bool{}
 	for rel, f := range files {
@@ -398,5 +400,55 @@ func moduleRoot(t *testing.T) string {
 			t.Fatal("no go.mod above the test's directory")
 		}
 		dir = parent
+	}
+}
+
+// A SPARCML_* name the table does not declare gets one warning naming the
+// closest declared one; a removed variable names its replacement; the
+// declared variables and those of the Python package and the test
+// harnesses get none.
+func TestUnknownVariables(t *testing.T) {
+	environ := []string{
+		"PATH=/usr/bin", "SPARCML_TIMEOUT=5m", "SPARCML_TIMEOT=5m", "SPARCML_TRANSPROT=tcp",
+		"SPARCML_INIT_TIMEOUTS=1m", "SPARCML_LOG=off", "SPARCML_LIBRARY=/x.so", "SPARCML_BIN=/bin/sparcml",
+		"SPARCML_CLUSTER_UDP=1", "SPARCML_VM_MEM=2G", "SPARCML_TEST_TRANSPORT=tcp", "NOT_SPARCML_TIMEOT=1",
+	}
+	got := Unknown(environ)
+	want := []string{
+		"SPARCML_TIMEOT is not a sparcml variable and is ignored; did you mean SPARCML_TIMEOUT?",
+		"SPARCML_TRANSPROT is not a sparcml variable and is ignored; did you mean SPARCML_TRANSPORT?",
+		"SPARCML_INIT_TIMEOUTS is not a sparcml variable and is ignored; did you mean SPARCML_INIT_TIMEOUT?",
+		"SPARCML_LOG is no longer read: use SPARCML_DEBUG=NONE",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Unknown:\n got %q\nwant %q", got, want)
+	}
+	for _, v := range Vars {
+		if w := Unknown([]string{v.Name + "=" + samples[v.Name].valid}); len(w) != 0 {
+			t.Errorf("declared %s warned: %q", v.Name, w)
+		}
+	}
+	for name := range removed {
+		if _, ok := Lookup(name); ok {
+			t.Errorf("%s is both declared and listed as removed", name)
+		}
+	}
+}
+
+// editDistance against a reference: the distance is symmetric, zero only
+// between equal strings, and one for a single insertion, deletion or
+// substitution.
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"", "abc", 3}, {"kitten", "sitting", 3}, {"flaw", "lawn", 2},
+		{"SPARCML_SIZE", "SPARCML_SIZE", 0}, {"SPARCML_SIZ", "SPARCML_SIZE", 1}, {"SPARCML_SIXE", "SPARCML_SIZE", 1},
+		{"SPARCML_TRANSPROT", "SPARCML_TRANSPORT", 2},
+	} {
+		if got, back := editDistance(tc.a, tc.b), editDistance(tc.b, tc.a); got != tc.want || back != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d (%d reversed), want %d", tc.a, tc.b, got, back, tc.want)
+		}
 	}
 }

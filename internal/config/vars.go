@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -14,14 +12,9 @@ import (
 	"github.com/sparcml/sparcml/internal/logging"
 )
 
-// Names used outside their own entry.
-const (
-	envLog   = "SPARCML_LOG"
-	envDebug = "SPARCML_DEBUG"
-)
-
 // Vars is every SPARCML_* variable: the only list of them. Load reads
-// them in this order and the README shows them in it.
+// them in this order and docs/CONFIGURATION.md shows them in it, the
+// Advanced ones (tuning) in a table of their own.
 var Vars = []Var{
 	// The job.
 	{Name: "SPARCML_RANK", Type: "integer", Unset: "set by `sparcml run`",
@@ -108,13 +101,13 @@ var Vars = []Var{
 			s.DumpDir = v
 			return nil
 		}},
-	{Name: "SPARCML_FLIGHT_OPS", Type: "integer", Default: "256",
+	{Name: "SPARCML_FLIGHT_OPS", Advanced: true, Type: "integer", Default: "256",
 		Meaning: "how many of its last operations each rank's flight recorder keeps",
 		parse:   func(s *Settings, v string) (err error) { s.FlightOps, err = parseInt(v, 1, 1<<20); return err }},
 	{Name: "SPARCML_SPARSE_AGREE_EVERY", Type: "integer", Default: "16",
-		Meaning: "a sparse allreduce under `AlgoAuto` or balanced ranges first exchanges every rank's entry count and index samples, and decides from them its algorithm, index wire and ranges; the calls that name their tensor (`WithTensor`) reuse that decision for the calls of the same tensor that follow and exchange again every this many calls (`1`: on every call); untagged calls exchange on every call",
+		Meaning: "a sparse allreduce under `AlgoAuto` or balanced ranges first exchanges every rank's entry count and index samples, and decides from them its algorithm, index wire and ranges; the calls that name their tensor (`WithTensor`) reuse that decision for the calls of the same tensor that follow and exchange again every this many calls (`1`: on every call), unless the call gives its own interval (`WithTensor(id, n)`); untagged calls exchange on every call",
 		parse:   func(s *Settings, v string) (err error) { s.SparseAgreeEvery, err = parseInt(v, 1, 1<<20); return err }},
-	{Name: "SPARCML_CALIBRATE", Type: "boolean", Default: "1",
+	{Name: "SPARCML_CALIBRATE", Advanced: true, Type: "boolean", Default: "1",
 		Meaning: "`0` skips measuring the cost model (latency, bandwidth, reduction speeds) at `Init` and keeps its defaults",
 		parse:   func(s *Settings, v string) (err error) { s.Calibrate, err = parseBool(v); return err }},
 
@@ -126,28 +119,15 @@ var Vars = []Var{
 		}},
 
 	// Logging.
-	{Name: envDebug, Type: "`NONE`, `VERSION`, `WARN`, `INFO`, `TRACE`", Default: "WARN",
+	{Name: "SPARCML_DEBUG", Type: "`NONE`, `VERSION`, `WARN`, `INFO`, `TRACE`", Default: "WARN",
 		Meaning: "what the library logs to stderr, as NCCL_DEBUG: `VERSION` the start-up line of rank 0, `WARN` also warnings, `INFO` also the start-up decisions, `TRACE` also one line per collective",
 		parse:   func(s *Settings, v string) (err error) { s.Debug, err = logging.ParseLevel(v); return err }},
 	{Name: "SPARCML_DEBUG_SUBSYS", Type: "subsystem list", Default: "ALL",
 		Meaning: "which subsystems' `INFO` and `TRACE` lines to show, as NCCL_DEBUG_SUBSYS: a comma list of `init`, `env`, `bootstrap`, `net`, `tcp`, `rdma`, `coll`, or `ALL`; a leading `^` excludes those listed",
 		parse:   func(s *Settings, v string) (err error) { s.DebugSubsys, err = logging.ParseSubsys(v); return err }},
-	{Name: envLog, Type: "`off`", Unset: "-",
-		Meaning: "superseded by `SPARCML_DEBUG`: `off` still means `SPARCML_DEBUG=NONE`; any other value, or setting both, is an error",
-		parse: func(s *Settings, v string) error {
-			switch strings.ToLower(v) {
-			case "":
-				s.legacyLog = ""
-			case "off", "none", "quiet":
-				s.legacyLog = "off"
-			default:
-				return errors.New("SPARCML_LOG is superseded by SPARCML_DEBUG (NONE, VERSION, WARN, INFO, TRACE); it accepts only off")
-			}
-			return nil
-		}},
 
 	// The TCP transport.
-	{Name: "SPARCML_TCP_CONGESTION", Type: "`auto`, `system`, algorithm", Default: "auto",
+	{Name: "SPARCML_TCP_CONGESTION", Advanced: true, Type: "`auto`, `system`, algorithm", Default: "auto",
 		Meaning: "TCP congestion control: `auto` switches connections within one host from a pacing algorithm (bbr) to cubic; `system` keeps the kernel's; a name (`cubic`, `reno`, `bbr`) is set on every connection",
 		parse: func(s *Settings, v string) error {
 			if !validCongestionName(v) {
@@ -176,7 +156,7 @@ var Vars = []Var{
 	{Name: "SPARCML_IB_GID_INDEX", Type: "integer", Unset: "the IPv4-mapped RoCEv2 GID, else any RoCEv2 GID",
 		Meaning: "GID table index for RoCE",
 		parse:   func(s *Settings, v string) error { return optionalInt(&s.IBGIDIndex, v, 0, 1<<16-1) }},
-	{Name: "SPARCML_RDMA_EAGER", Type: "bytes", Unset: "8192",
+	{Name: "SPARCML_RDMA_EAGER", Advanced: true, Type: "bytes", Unset: "8192",
 		Meaning: "largest message sent eagerly into the peer's ring (`64K` works); larger ones use the rendezvous; the same on every rank",
 		parse: func(s *Settings, v string) (err error) {
 			if v == "" {
@@ -186,36 +166,15 @@ var Vars = []Var{
 			s.RDMAEager, err = parseBytes(v, 1, 1<<20)
 			return err
 		}},
-	{Name: "SPARCML_RDMA_SPIN", Type: "duration", Unset: "`50us`; none on a software device (rxe)",
+	{Name: "SPARCML_RDMA_SPIN", Advanced: true, Type: "duration", Unset: "`50us`; none on a software device (rxe)",
 		Meaning: "how long the progress goroutine busy-polls the completion queue before it sleeps on completion events (`0`: never)",
 		parse:   func(s *Settings, v string) error { return spin(&s.RDMASpin, v) }},
-	{Name: "SPARCML_RDMA_WAIT_SPIN", Type: "duration", Unset: "`20ms`; `200us` on a software device (rxe)",
+	{Name: "SPARCML_RDMA_WAIT_SPIN", Advanced: true, Type: "duration", Unset: "`20ms`; `200us` on a software device (rxe)",
 		Meaning: "how long a waiting caller polls the completion queue itself before it sleeps (`0`: never)",
 		parse:   func(s *Settings, v string) error { return spin(&s.RDMAWaitSpin, v) }},
-	{Name: "SPARCML_RDMA_ADVERTISE", Type: "boolean", Default: "1",
+	{Name: "SPARCML_RDMA_ADVERTISE", Advanced: true, Type: "boolean", Default: "1",
 		Meaning: "`0` turns off receiver-advertised rendezvous (a receive posted before its sender's request offers its buffer at once)",
 		parse:   func(s *Settings, v string) (err error) { s.RDMAAdvertise, err = parseBool(v); return err }},
-
-	// sparcml bench.
-	{Name: "SPARCML_PROGRESS", Type: "boolean", Unset: "on when stderr is a terminal",
-		Meaning: "`sparcml bench`: `1` forces the progress line, `0` hides it",
-		parse: func(s *Settings, v string) (err error) {
-			s.ProgressSet = v != ""
-			s.Progress = false
-			if s.ProgressSet {
-				s.Progress, err = parseBool(v)
-			}
-			return err
-		}},
-	{Name: "SPARCML_CPUPROFILE", Type: "path prefix", Unset: "off",
-		Meaning: "`sparcml bench`: write each rank's CPU profile to `PREFIX.rankR` (`go tool pprof`)",
-		parse:   func(s *Settings, v string) error { return pathPrefix(&s.CPUProfile, v) }},
-	{Name: "SPARCML_MEMPROFILE", Type: "path prefix", Unset: "off",
-		Meaning: "`sparcml bench`: write each rank's allocation profile to `PREFIX.rankR`",
-		parse:   func(s *Settings, v string) error { return pathPrefix(&s.MemProfile, v) }},
-	{Name: "SPARCML_TRACE", Type: "path prefix", Unset: "off",
-		Meaning: "`sparcml bench`: write each rank's Go execution trace to `PREFIX.rankR` (`go tool trace`; not the `SPARCML_DEBUG=TRACE` log level)",
-		parse:   func(s *Settings, v string) error { return pathPrefix(&s.ExecTrace, v) }},
 }
 
 const maxInt = int(^uint(0) >> 1)
@@ -246,19 +205,6 @@ func spin(dst *time.Duration, v string) error {
 		d = -1
 	}
 	*dst = d
-	return nil
-}
-
-// pathPrefix checks that the directory of a file prefix exists, so that a
-// typing mistake shows at start-up, not when a long benchmark ends.
-func pathPrefix(dst *string, v string) error {
-	if v != "" {
-		dir := filepath.Dir(v)
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("directory %s does not exist", strconv.Quote(dir))
-		}
-	}
-	*dst = v
 	return nil
 }
 

@@ -34,7 +34,7 @@ procs = []
 for r in range(3):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARCML_")}
     env.update(SPARCML_RANK=str(r), SPARCML_SIZE="3", SPARCML_ADDR="127.0.0.1:%d" % port, SPARCML_TOKEN="crash-test",
-               SPARCML_LOG="off", SPARCML_TIMEOUT="30s",
+               SPARCML_DEBUG="NONE", SPARCML_TIMEOUT="30s",
                PYTHONPATH=os.path.join(here, ".."))
     procs.append(subprocess.Popen([sys.executable, "-c", RANK], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True))

@@ -29,7 +29,7 @@ comm.finalize()
 
 def run(env_extra, code, want_ok):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARCML_") and k != "PYTHONPATH"}
-    env.update(env_extra, SPARCML_LOG="off", SPARCML_TIMEOUT="30s")
+    env.update(env_extra, SPARCML_DEBUG="NONE", SPARCML_TIMEOUT="30s")
     p = subprocess.run([sparcml_bin, "run", "-n", "1", "--timeout", "60s", "--no-prefix", "--",
                         sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     if (p.returncode == 0) != want_ok:

@@ -14,7 +14,7 @@ elems=$(/usr/bin/python3 -c "s='$size'; print(int(s[:-1]) * {'K': 1024, 'M': 1 <
 mkdir -p build/test
 go build -o build/test/gobench ./capi/bench
 cc -O2 -Iinclude -o build/test/cbench capi/cbench/bench.c -Lbuild/lib -lsparcml -Wl,-rpath,"$PWD/build/lib"
-export SPARCML_LOG=off PYTHONPATH=python
+export SPARCML_DEBUG=NONE PYTHONPATH=python
 run() { bin/sparcml run -n "$np" --no-prefix -- "$@"; }
 out=$(mktemp)
 for ((r = 1; r <= rounds; r++)); do
