@@ -48,10 +48,7 @@ type Transport struct {
 	failed    chan struct{}  // closed when the sticky error is set
 }
 
-var (
-	_ transport.Transport   = (*Transport)(nil)
-	_ transport.LocalFailer = (*Transport)(nil)
-)
+var _ transport.Transport = (*Transport)(nil)
 
 // New sets up this rank's transport: it listens, publishes its address,
 // connects to every other rank of the job and returns once the mesh is
@@ -297,11 +294,18 @@ func (t *Transport) setErr(err error) bool {
 	return true
 }
 
-// Failed implements transport.LocalFailer: closed once the transport has
-// failed.
+// Caps implements transport.Transport: TCP can be watched, failed on
+// this rank alone, per operation or whole, and can survive a lost peer;
+// it has no segment size of its own.
+func (t *Transport) Caps() transport.Capabilities {
+	return transport.Capabilities{Failed: t.failed, FailLocal: t.FailLocal, FailOpLocal: t.FailOpLocal, Survive: t.Survive}
+}
+
+// Failed is closed once the transport has failed
+// (transport.Capabilities.Failed).
 func (t *Transport) Failed() <-chan struct{} { return t.failed }
 
-// FailLocal implements transport.LocalFailer: everything pending and
+// FailLocal (transport.Capabilities.FailLocal): everything pending and
 // later fails with err on this rank, and no connection closes, so the
 // peers learn of the loss behind err themselves, or from this rank's
 // goodbye at Close, which carries err, instead of seeing this rank

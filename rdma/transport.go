@@ -692,6 +692,12 @@ func (t *Transport) Stats() transport.Stats {
 		MsgsSent: t.msgsSent.Load(), MsgsRecv: t.msgsRecvd.Load()}
 }
 
+// Caps implements transport.Transport: RDMA announces no capability
+// beyond the contract. A failure cannot be watched or made local (a Route
+// polls Err and aborts RDMA instead), a lost peer is sticky, and an
+// operation fails on every rank.
+func (t *Transport) Caps() transport.Capabilities { return transport.Capabilities{} }
+
 // CacheStats returns the registration cache's counters.
 func (t *Transport) CacheStats() memreg.CacheStats { return t.cache.Stats() }
 

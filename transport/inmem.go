@@ -246,10 +246,17 @@ func (t *InMemory) setErr(err error) bool {
 	return true
 }
 
-// Failed implements LocalFailer: closed once the transport has failed.
+// Caps implements Transport: the in-memory transport can be watched,
+// failed on this rank alone, per operation or whole, and can survive a
+// lost peer; it has no segment size of its own.
+func (t *InMemory) Caps() Capabilities {
+	return Capabilities{Failed: t.failed, FailLocal: t.FailLocal, FailOpLocal: t.FailOpLocal, Survive: t.Survive}
+}
+
+// Failed is closed once the transport has failed (Capabilities.Failed).
 func (t *InMemory) Failed() <-chan struct{} { return t.failed }
 
-// FailLocal implements LocalFailer: everything pending and later fails
+// FailLocal (Capabilities.FailLocal): everything pending and later fails
 // with err on this rank only; the peers are not told (a Route spreads a
 // loss seen by another of its transports this way, so the peers still
 // learn of it from the rank that died, not from this one).

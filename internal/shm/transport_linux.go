@@ -21,7 +21,7 @@ const closeTimeout = 2 * time.Second
 
 // Transport is one rank's shared-memory transport to the other ranks of
 // its host. It implements transport.Transport (for the ranks of
-// Config.Peers) and transport.LocalFailer.
+// Config.Peers).
 type Transport struct {
 	cfg   Config
 	rank  int
@@ -74,10 +74,7 @@ type opKey struct {
 	seq  uint64
 }
 
-var (
-	_ transport.Transport   = (*Transport)(nil)
-	_ transport.LocalFailer = (*Transport)(nil)
-)
+var _ transport.Transport = (*Transport)(nil)
 
 // New sets up this rank's shared-memory transport: it creates its inbox,
 // connects to every other rank of cfg.Peers over abstract unix sockets
@@ -118,13 +115,19 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 // Name implements transport.Transport.
 func (t *Transport) Name() string { return "shm" }
 
-// SegmentBytes implements transport.SegmentSizer. Each message costs the
-// shared rings a hand-off and the receiver a process_vm_readv; segments
+// Caps implements transport.Transport: shared memory can be watched and
+// failed on this rank alone, and has a segment size of its own. A lost
+// peer is sticky (no Survive), and an operation fails on every rank (no
+// FailOpLocal).
+//
+// The segment size: each message costs the shared rings a hand-off and the receiver a process_vm_readv; segments
 // larger than the collectives' default pay those less often, and the
 // copies, not the wire, are what the pipeline overlaps here. 4 MiB was
 // the fastest of 0.5-4 MiB for 16M float32 at P = 4 and 8 (sparcml bench
 // --transport shm, alternated; docs/PERFORMANCE.md, "Shared memory").
-func (t *Transport) SegmentBytes() int { return segmentBytes }
+func (t *Transport) Caps() transport.Capabilities {
+	return transport.Capabilities{SegmentBytes: segmentBytes, Failed: t.failed, FailLocal: t.FailLocal}
+}
 
 const segmentBytes = 4 << 20
 
@@ -271,13 +274,14 @@ func (t *Transport) Abort(err error) {
 	t.hangUp(fmt.Sprintf("rank %d aborted: %v", t.rank, err))
 }
 
-// FailLocal implements transport.LocalFailer: everything pending and later
+// FailLocal (transport.Capabilities.FailLocal): everything pending and later
 // on this rank fails with err, as when a peer is lost, and no peer is told
 // (they learn of the loss behind err themselves; this rank's goodbye at
 // Close carries it).
 func (t *Transport) FailLocal(err error) { t.fail(err, nil) }
 
-// Failed implements transport.LocalFailer.
+// Failed is closed once the transport has failed
+// (transport.Capabilities.Failed).
 func (t *Transport) Failed() <-chan struct{} { return t.failed }
 
 // Err implements transport.Transport.
