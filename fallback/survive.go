@@ -29,7 +29,7 @@ func (t *Transport) failPeer(err error, peer int) {
 func (t *Transport) losePeer(peer int, err error) bool {
 	t.mu.Lock()
 	cb := t.onLost
-	if cb == nil || t.err != nil {
+	if cb == nil || t.sticky.Err() != nil {
 		t.mu.Unlock()
 		return false
 	}

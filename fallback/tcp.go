@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -31,8 +32,9 @@ type Transport struct {
 
 	bytesSent, bytesRecv, msgsSent, msgsRecv atomic.Uint64
 
+	sticky wire.Sticky
+
 	mu       sync.Mutex
-	err      error                     // sticky error; set once
 	filling  int                       // readers writing into receive buffers right now
 	idle     *sync.Cond                // signalled when filling drops to zero
 	peerGone []int                     // per peer, connections that ended with goodbye
@@ -45,7 +47,6 @@ type Transport struct {
 	readers   sync.WaitGroup
 	writers   sync.WaitGroup
 	aborters  sync.WaitGroup // goroutines started by fail
-	failed    chan struct{}  // closed when the sticky error is set
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -65,7 +66,6 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		size:     cfg.Size,
 		m:        transport.NewMatcher(cfg.Rank, cfg.UnexpectedLimit),
 		peerGone: make([]int, cfg.Size),
-		failed:   make(chan struct{}),
 	}
 	t.idle = sync.NewCond(&t.mu)
 	if cfg.Size == 1 {
@@ -169,7 +169,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	req := transport.NewRequest(peer, tag, true)
 	c := t.connFor(peer, tag)
 	req.SetWaiter(c.waitSendF)
-	it := newSendItem(header{kind: frameData, tag: tag, desc: desc, length: uint64(n)}, bufs, req)
+	it := newSendItem(wire.Header{Kind: wire.Data, Tag: tag, Desc: desc, Length: uint64(n)}, bufs, req)
 	c.send(it)
 	return req
 }
@@ -199,15 +199,15 @@ func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
 	}
 	t.m.FailOp(comm, seq, err)
 	reason := err.Error()
-	if len(reason) > maxReasonLen {
-		reason = reason[:maxReasonLen]
+	if len(reason) > wire.MaxReasonLen {
+		reason = reason[:wire.MaxReasonLen]
 	}
 	payload := []byte(reason)
 	for p, list := range t.peers {
 		if p == t.rank {
 			continue
 		}
-		h := header{kind: frameFailOp, tag: transport.Tag{Comm: comm, Seq: seq}, length: uint64(len(payload))}
+		h := wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: comm, Seq: seq}, Length: uint64(len(payload))}
 		it := newSendItem(h, [][]byte{payload}, nil)
 		// A closed queue means the transport has failed, and with it
 		// every operation on every rank: nothing more to tell.
@@ -228,11 +228,7 @@ func (t *Transport) Abort(err error) {
 }
 
 // Err implements transport.Transport.
-func (t *Transport) Err() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.err
-}
+func (t *Transport) Err() error { return t.sticky.Err() }
 
 // Stats implements transport.Transport.
 func (t *Transport) Stats() transport.Stats {
@@ -257,11 +253,11 @@ func (t *Transport) Close() error {
 		reason := ""
 		if err := t.Err(); err != nil {
 			reason = err.Error()
-			if len(reason) > maxReasonLen {
-				reason = reason[:maxReasonLen]
+			if len(reason) > wire.MaxReasonLen {
+				reason = reason[:wire.MaxReasonLen]
 			}
 		}
-		t.setErr(transport.ErrClosed)
+		t.sticky.Set(transport.ErrClosed)
 		if t.stopWatch != nil {
 			close(t.stopWatch)
 			t.watchdog.Wait()
@@ -282,28 +278,16 @@ func (t *Transport) Close() error {
 	return nil
 }
 
-// setErr records the sticky error and reports whether it was the first.
-func (t *Transport) setErr(err error) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
-		return false
-	}
-	t.err = err
-	close(t.failed)
-	return true
-}
-
 // Caps implements transport.Transport: TCP can be watched, failed on
 // this rank alone, per operation or whole, and can survive a lost peer;
 // it has no segment size of its own.
 func (t *Transport) Caps() transport.Capabilities {
-	return transport.Capabilities{Failed: t.failed, FailLocal: t.FailLocal, FailOpLocal: t.FailOpLocal, Survive: t.Survive}
+	return transport.Capabilities{Failed: t.sticky.Failed(), FailLocal: t.FailLocal, FailOpLocal: t.FailOpLocal, Survive: t.Survive}
 }
 
 // Failed is closed once the transport has failed
 // (transport.Capabilities.Failed).
-func (t *Transport) Failed() <-chan struct{} { return t.failed }
+func (t *Transport) Failed() <-chan struct{} { return t.sticky.Failed() }
 
 // FailLocal (transport.Capabilities.FailLocal): everything pending and
 // later fails with err on this rank, and no connection closes, so the
@@ -326,7 +310,7 @@ const (
 // an error naming it, not from a cascade of closures naming whoever
 // noticed first.
 func (t *Transport) fail(err error, closePeer int) {
-	first := t.setErr(err)
+	first := t.sticky.Set(err)
 	err = t.Err()
 	t.forEachConn(func(c *conn) {
 		c.q.close(err)
@@ -374,7 +358,7 @@ func (t *Transport) forEachConn(f func(c *conn)) {
 func (t *Transport) enterFill() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.err != nil {
+	if t.sticky.Err() != nil {
 		return false
 	}
 	t.filling++

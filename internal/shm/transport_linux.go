@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -47,9 +48,9 @@ type Transport struct {
 
 	sent, recvd, msgsSent, msgsRecvd atomic.Uint64
 
+	sticky wire.Sticky
+
 	mu        sync.Mutex
-	err       error
-	failed    chan struct{} // closed when err is set
 	parked    map[mkey]*rndvRecv
 	parkedOps map[opKey][]mkey
 	pulls     []*pullJob // single-copy reads due, found by Recv
@@ -94,7 +95,6 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		size:         cfg.Size,
 		m:            transport.NewMatcher(cfg.Rank, cfg.UnexpectedLimit),
 		peers:        make([]*peer, cfg.Size),
-		failed:       make(chan struct{}),
 		parked:       make(map[mkey]*rndvRecv),
 		parkedOps:    make(map[opKey][]mkey),
 		progressDone: make(chan struct{}),
@@ -126,7 +126,7 @@ func (t *Transport) Name() string { return "shm" }
 // the fastest of 0.5-4 MiB for 16M float32 at P = 4 and 8 (sparcml bench
 // --transport shm, alternated; docs/PERFORMANCE.md, "Shared memory").
 func (t *Transport) Caps() transport.Capabilities {
-	return transport.Capabilities{SegmentBytes: segmentBytes, Failed: t.failed, FailLocal: t.FailLocal}
+	return transport.Capabilities{SegmentBytes: segmentBytes, Failed: t.sticky.Failed(), FailLocal: t.FailLocal}
 }
 
 const segmentBytes = 4 << 20
@@ -183,9 +183,9 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	}
 	req := transport.NewRequest(peer, tag, true)
 	req.SetWaiter(t.waitF)
-	it := &outItem{h: header{kind: frameData, tag: tag, desc: desc, length: n}, bufs: bufs, req: req}
+	it := &outItem{h: wire.Header{Kind: wire.Data, Tag: tag, Desc: desc, Length: n}, bufs: bufs, req: req}
 	if p.pullsFromMe && n > uint64(t.cfg.SingleCopyLimit) && len(bufs) <= maxIovs {
-		it.h.kind = frameRndv
+		it.h.Kind = wire.Rendezvous
 	}
 	p.send(it)
 	return req
@@ -227,11 +227,11 @@ func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
 	}
 	t.failOp(comm, seq, err)
 	reason := err.Error()
-	if len(reason) > maxReasonLen {
-		reason = reason[:maxReasonLen]
+	if len(reason) > wire.MaxReasonLen {
+		reason = reason[:wire.MaxReasonLen]
 	}
 	for _, p := range t.local {
-		p.send(&outItem{h: header{kind: frameFailOp, tag: transport.Tag{Comm: comm, Seq: seq}, length: uint64(len(reason))},
+		p.send(&outItem{h: wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: comm, Seq: seq}, Length: uint64(len(reason))},
 			bufs: [][]byte{[]byte(reason)}})
 	}
 }
@@ -282,26 +282,10 @@ func (t *Transport) FailLocal(err error) { t.fail(err, nil) }
 
 // Failed is closed once the transport has failed
 // (transport.Capabilities.Failed).
-func (t *Transport) Failed() <-chan struct{} { return t.failed }
+func (t *Transport) Failed() <-chan struct{} { return t.sticky.Failed() }
 
 // Err implements transport.Transport.
-func (t *Transport) Err() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.err
-}
-
-// setErr records the sticky error and reports whether it was the first.
-func (t *Transport) setErr(err error) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
-		return false
-	}
-	t.err = err
-	close(t.failed)
-	return true
-}
+func (t *Transport) Err() error { return t.sticky.Err() }
 
 // Stats implements transport.Transport.
 func (t *Transport) Stats() transport.Stats {
