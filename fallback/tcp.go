@@ -13,10 +13,6 @@ import (
 	"github.com/sparcml/sparcml/transport"
 )
 
-// closeTimeout bounds how long Close spends flushing writes and saying
-// goodbye to peers that do not read.
-const closeTimeout = 2 * time.Second
-
 // Transport is one rank's TCP transport: a full mesh of authenticated
 // connections to every other rank, ConnsPerPeer per peer, each with a
 // writer goroutine (vectored writes straight from the callers' buffers,
@@ -242,7 +238,7 @@ func (t *Transport) Stats() transport.Stats {
 
 // Close implements transport.Transport. Queued sends fail with
 // transport.ErrClosed; messages already handed to the writers are flushed
-// (for at most closeTimeout), each peer gets a goodbye so it reports this
+// (for at most wire.CloseTimeout), each peer gets a goodbye so it reports this
 // rank as closed rather than crashed (Close lingers until the peer has it:
 // linger.go), and Close returns once every
 // goroutine of the transport has stopped. It is idempotent.
@@ -262,13 +258,13 @@ func (t *Transport) Close() error {
 			close(t.stopWatch)
 			t.watchdog.Wait()
 		}
-		deadline := time.Now().Add(closeTimeout)
+		deadline := time.Now().Add(wire.CloseTimeout)
 		t.forEachConn(func(c *conn) {
 			_ = c.nc.SetWriteDeadline(deadline)
 			c.q.close(transport.ErrClosed)
 		})
 		t.writers.Wait()
-		goodbyeDeadline := time.Now().Add(closeTimeout)
+		goodbyeDeadline := time.Now().Add(wire.CloseTimeout)
 		t.forEachConn(func(c *conn) { c.sayGoodbye(goodbyeDeadline, reason) })
 		t.lingerAll(goodbyeDeadline)
 		t.fail(transport.ErrClosed, closeAll)

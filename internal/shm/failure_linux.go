@@ -39,7 +39,7 @@ func writeSockMsg(c *net.UnixConn, kind byte, reason string) error {
 	b[0] = kind
 	binary.LittleEndian.PutUint16(b[1:], uint16(len(reason)))
 	copy(b[3:], reason)
-	_ = c.SetWriteDeadline(time.Now().Add(closeTimeout))
+	_ = c.SetWriteDeadline(time.Now().Add(wire.CloseTimeout))
 	_, err := c.Write(b)
 	return err
 }
@@ -190,7 +190,7 @@ func (t *Transport) hangUp(reason string) {
 
 // Close implements transport.Transport. Pending and later requests fail
 // with transport.ErrClosed; the frame being written to each peer is
-// finished and a goodbye follows it (waiting at most closeTimeout for
+// finished and a goodbye follows it (waiting at most wire.CloseTimeout for
 // room), carrying this rank's earlier failure if it had one, so each peer
 // reports this rank as closed rather than lost; single-copy sends a peer
 // is reading complete first. Close returns once the transport's
@@ -212,7 +212,7 @@ func (t *Transport) close() {
 	t.pollMu.Unlock() // the poll under way has ended
 	t.waitNoFill()    // reads from the peers' memory end before the goodbyes
 	if !t.hungUp.Swap(true) {
-		deadline := time.Now().Add(closeTimeout)
+		deadline := time.Now().Add(wire.CloseTimeout)
 		for _, p := range t.local {
 			if p.sayGoodbye(deadline, reason) {
 				_ = writeSockMsg(p.conn, sockBye, "")

@@ -254,7 +254,7 @@ func (p *peer) serviceSends() bool {
 // the pending ones: queued frames fail, a frame cut short marks the ring
 // as unusable for a goodbye, and offered single-copy sends are withdrawn
 // (they fail) unless the peer is reading them, in which case they complete
-// once it has (waiting for at most closeTimeout; not for a peer that is
+// once it has (waiting for at most wire.CloseTimeout; not for a peer that is
 // gone, which reads nothing more).
 func (p *peer) failSends(err error, peerGone bool) {
 	p.sendMu.Lock()
@@ -282,7 +282,7 @@ func (p *peer) failQueueLocked(err error) {
 }
 
 func (p *peer) withdrawLocked(err error, peerGone bool) {
-	deadline := time.Now().Add(closeTimeout)
+	deadline := time.Now().Add(wire.CloseTimeout)
 	for i, s := range p.slots {
 		if s == nil {
 			continue

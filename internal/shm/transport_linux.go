@@ -9,16 +9,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
-
-// closeTimeout bounds how long Close waits for a peer to make room for
-// the end of a message and the goodbye, and for a peer's reads of this
-// rank's buffers that are under way.
-const closeTimeout = 2 * time.Second
 
 // Transport is one rank's shared-memory transport to the other ranks of
 // its host. It implements transport.Transport (for the ranks of

@@ -1,6 +1,15 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
+
+// CloseTimeout bounds how long Close waits for a peer that does not take
+// what this rank still sends: the end of a message being written and the
+// goodbye (and, over shared memory, the peer's reads of this rank's
+// buffers under way).
+const CloseTimeout = 2 * time.Second
 
 // Defaults of Limits' zero fields.
 const (
