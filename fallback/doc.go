@@ -18,8 +18,8 @@
 //
 // # Data path
 //
-// Every frame is a fixed 56-byte header and a payload (internal/wire
-// defines both, for the shared-memory transport too).
+// Every frame is a fixed 56-byte header and a payload (the header is
+// internal/wire's, which the shared-memory transport uses too).
 // Send goes to the connection its tag hashes to (one message never
 // splits, and messages on one connection stay in order). When that
 // connection is idle, Send writes the frame itself with one non-blocking
