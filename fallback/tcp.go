@@ -29,6 +29,7 @@ type Transport struct {
 	bytesSent, bytesRecv, msgsSent, msgsRecv atomic.Uint64
 
 	sticky wire.Sticky
+	caps   transport.Capabilities // Caps, made once (see transport.Capabilities)
 
 	mu       sync.Mutex
 	filling  int                       // readers writing into receive buffers right now
@@ -64,6 +65,7 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		peerGone: make([]int, cfg.Size),
 	}
 	t.idle = sync.NewCond(&t.mu)
+	t.caps = transport.Capabilities{Failed: t.sticky.Failed(), FailLocal: t.FailLocal, FailOpLocal: t.FailOpLocal, Survive: t.Survive}
 	if cfg.Size == 1 {
 		t.peers = make([][]*conn, 1)
 		return t, nil
@@ -277,9 +279,7 @@ func (t *Transport) Close() error {
 // Caps implements transport.Transport: TCP can be watched, failed on
 // this rank alone, per operation or whole, and can survive a lost peer;
 // it has no segment size of its own.
-func (t *Transport) Caps() transport.Capabilities {
-	return transport.Capabilities{Failed: t.sticky.Failed(), FailLocal: t.FailLocal, FailOpLocal: t.FailOpLocal, Survive: t.Survive}
-}
+func (t *Transport) Caps() transport.Capabilities { return t.caps }
 
 // Failed is closed once the transport has failed
 // (transport.Capabilities.Failed).

@@ -6,6 +6,11 @@ package transport
 // for FailLocal, FailOp for FailOpLocal, polling Err for Failed), or
 // refuses what needs the capability (the per-peer failure model without
 // Survive).
+//
+// A transport makes its Capabilities once, when it is created, and Caps
+// returns that value: method values made at every call would be
+// allocated on every operation, since the collectives read SegmentBytes
+// per allreduce (BenchmarkCaps).
 type Capabilities struct {
 	// SegmentBytes is the size of the segments in which the transport
 	// moves large messages best: the collectives cut their pipelined

@@ -31,6 +31,7 @@ type Route struct {
 	parts      []Transport
 	via        []Transport // by peer; nil for this rank
 	name       string
+	caps       Capabilities // Caps, made once (see Capabilities)
 
 	mu      sync.Mutex
 	err     error
@@ -75,6 +76,7 @@ func NewRoute(parts []Transport, via []int) (*Route, error) {
 		}
 		r.via[peer] = parts[i]
 	}
+	r.caps = Capabilities{SegmentBytes: segmentBytes(parts), Failed: r.failed, FailLocal: r.FailLocal}
 	for _, p := range parts {
 		r.watchers.Add(1)
 		go r.watch(p)
@@ -96,13 +98,12 @@ func (r *Route) Size() int { return r.size }
 // where they all have the same one, else none (a flat algorithm's
 // segments cross every part). A lost peer is sticky on a Route, and an
 // operation fails on every rank (no Survive, no FailOpLocal).
-func (r *Route) Caps() Capabilities {
-	return Capabilities{SegmentBytes: r.segmentBytes(), Failed: r.failed, FailLocal: r.FailLocal}
-}
+func (r *Route) Caps() Capabilities { return r.caps }
 
-func (r *Route) segmentBytes() int {
-	seg := r.parts[0].Caps().SegmentBytes
-	for _, p := range r.parts[1:] {
+// segmentBytes is the segment size the parts agree on, 0 if they differ.
+func segmentBytes(parts []Transport) int {
+	seg := parts[0].Caps().SegmentBytes
+	for _, p := range parts[1:] {
 		if p.Caps().SegmentBytes != seg {
 			return 0
 		}

@@ -43,6 +43,7 @@ type Transport struct {
 	sent, recvd, msgsSent, msgsRecvd atomic.Uint64
 
 	sticky wire.Sticky
+	caps   transport.Capabilities // Caps, made once (see transport.Capabilities)
 
 	mu        sync.Mutex
 	parked    map[mkey]*rndvRecv
@@ -94,6 +95,7 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		progressDone: make(chan struct{}),
 	}
 	t.waitF = t.waitFor
+	t.caps = transport.Capabilities{SegmentBytes: segmentBytes, Failed: t.sticky.Failed(), FailLocal: t.FailLocal}
 	if err := t.setup(ctx); err != nil {
 		t.release()
 		return nil, err
@@ -119,9 +121,7 @@ func (t *Transport) Name() string { return "shm" }
 // copies, not the wire, are what the pipeline overlaps here. 4 MiB was
 // the fastest of 0.5-4 MiB for 16M float32 at P = 4 and 8 (sparcml bench
 // --transport shm, alternated; docs/PERFORMANCE.md, "Shared memory").
-func (t *Transport) Caps() transport.Capabilities {
-	return transport.Capabilities{SegmentBytes: segmentBytes, Failed: t.sticky.Failed(), FailLocal: t.FailLocal}
-}
+func (t *Transport) Caps() transport.Capabilities { return t.caps }
 
 const segmentBytes = 4 << 20
 
