@@ -125,7 +125,7 @@ func (fr *frameReader) startFrame(h wire.Header) error {
 // readReason reads the text of a fail-op or goodbye frame and acts on it.
 func (fr *frameReader) readReason() error {
 	h := &fr.cur
-	reason := fr.reason[:h.Length] // decodeHeader bounded it by wire.MaxReasonLen
+	reason := fr.reason[:h.Length] // wire.DecodeHeader bounded it by wire.MaxReasonLen
 	fr.needBytes(len(reason) - fr.got)
 	if err := fr.readInto(reason, &fr.got, false); err != nil {
 		if isTimeout(err) {
@@ -146,7 +146,7 @@ func (fr *frameReader) readReason() error {
 // nowhere (a failed operation's late message).
 func (fr *frameReader) readData(block bool) error {
 	h := &fr.cur
-	n := int(h.Length) // decodeHeader bounded it by maxMessage
+	n := int(h.Length) // wire.DecodeHeader bounded it by maxMessage
 	if !fr.claimed {
 		claim := fr.m.Claim
 		if !block {
