@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/sparcml/sparcml/internal/config"
-	"github.com/sparcml/sparcml/transport"
 )
 
 // WithOnPeerLoss chooses what a lost rank does to the others, instead of
@@ -38,11 +37,11 @@ func (c *Comm) setPeerLoss(o options, s *config.Settings) error {
 	default:
 		return fmt.Errorf("sparcml: %w: WithOnPeerLoss(%q): want abort or revoke", ErrInvalid, o.onPeerLoss)
 	}
-	sv, ok := c.t.(transport.Survivor)
-	if !ok {
+	survive := c.t.Caps().Survive
+	if survive == nil {
 		return fmt.Errorf("sparcml: rank %d: %w: SPARCML_ON_PEER_LOSS=revoke needs the TCP or in-memory transport, not %s", c.Rank(), ErrInvalid, c.t.Name())
 	}
-	sv.Survive(c.world.peerLost)
+	survive(c.world.peerLost)
 	c.world.mu.Lock()
 	c.world.perPeer = true
 	c.world.mu.Unlock()

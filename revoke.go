@@ -135,8 +135,8 @@ func (c *Comm) stopWatchingRevoke() {
 	if s, ok := t.(*subTransport); ok {
 		t = s.root
 	}
-	if l, ok := t.(transport.LocalOpFailer); ok && c.Size() > 1 {
-		l.FailOpLocal(c.id, revokeSeq, ErrClosed)
+	if f := t.Caps().FailOpLocal; f != nil && c.Size() > 1 {
+		f(c.id, revokeSeq, ErrClosed)
 	}
 }
 

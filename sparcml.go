@@ -264,8 +264,8 @@ func (c *Comm) Close() error {
 // with err where the transport's goodbye of an abort carries it.
 func (c *Comm) failBeforeClose(err error) {
 	err = closeCause(err)
-	if lf, ok := c.t.(transport.LocalFailer); ok {
-		lf.FailLocal(err)
+	if failLocal := c.t.Caps().FailLocal; failLocal != nil {
+		failLocal(err)
 		return
 	}
 	c.t.Abort(err)

@@ -56,6 +56,10 @@ func (s *subTransport) Abort(err error)        { s.root.Abort(err) }
 func (s *subTransport) Err() error             { return s.root.Err() }
 func (s *subTransport) Stats() transport.Stats { return s.root.Stats() }
 
+// Caps announces nothing: a derived communicator fails an operation on
+// this rank alone through the job's transport (failOpLocal).
+func (s *subTransport) Caps() transport.Capabilities { return transport.Capabilities{} }
+
 // Close releases nothing: the job's communicator owns the connections.
 func (s *subTransport) Close() error { return nil }
 
@@ -65,8 +69,8 @@ func failOpLocal(t transport.Transport, comm uint32, seq uint64, err error) {
 	if s, ok := t.(*subTransport); ok {
 		t = s.root
 	}
-	if l, ok := t.(transport.LocalOpFailer); ok {
-		l.FailOpLocal(comm, seq, err)
+	if f := t.Caps().FailOpLocal; f != nil {
+		f(comm, seq, err)
 		return
 	}
 	t.FailOp(comm, seq, err)

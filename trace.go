@@ -49,6 +49,10 @@ type countingTransport struct {
 	sent atomic.Uint64
 }
 
+// Caps announces nothing: the counter wraps the transport for one
+// operation and passes on its Send, not its capabilities.
+func (t *countingTransport) Caps() transport.Capabilities { return transport.Capabilities{} }
+
 func (t *countingTransport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs ...[]byte) *transport.Request {
 	for _, b := range bufs {
 		t.sent.Add(uint64(len(b)))

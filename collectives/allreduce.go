@@ -116,12 +116,12 @@ func elemSize[T Float]() int {
 }
 
 // segmentElems is the number of elements of T in one segment over op's
-// transport: its own segment size (transport.SegmentSizer) or
+// transport: its own segment size (transport.Capabilities) or
 // segmentBytes.
 func segmentElems[T Float](op *Op) int {
 	seg := 0
 	if op != nil && op.T != nil { // a nil op is refused by the algorithm
-		seg = transport.SegmentBytes(op.T)
+		seg = op.T.Caps().SegmentBytes
 	}
 	if seg <= 0 {
 		seg = segmentBytes

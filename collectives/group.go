@@ -54,6 +54,10 @@ func (g *group) Recv(peer int, tag transport.Tag, desc transport.Desc, buf []byt
 	return g.Transport.Recv(g.members[peer], tag, desc, buf)
 }
 
+// Caps announces nothing: a view of some ranks cannot fail the parent on
+// their behalf, and its algorithms keep the collectives' segment size.
+func (g *group) Caps() transport.Capabilities { return transport.Capabilities{} }
+
 // Close does nothing: the parent's owner closes it.
 func (g *group) Close() error { return nil }
 

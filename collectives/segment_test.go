@@ -20,7 +20,9 @@ type segmented struct {
 	largest *atomic.Int64
 }
 
-func (s segmented) SegmentBytes() int { return s.seg }
+func (s segmented) Caps() transport.Capabilities {
+	return transport.Capabilities{SegmentBytes: s.seg}
+}
 
 func (s segmented) Send(peer int, tag transport.Tag, desc transport.Desc, bufs ...[]byte) *transport.Request {
 	n := 0
@@ -36,7 +38,7 @@ func (s segmented) Send(peer int, tag transport.Tag, desc transport.Desc, bufs .
 	return s.Transport.Send(peer, tag, desc, bufs...)
 }
 
-// A transport's segment size (transport.SegmentSizer) bounds the messages
+// A transport's segment size (transport.Capabilities) bounds the messages
 // of the pipelined dense algorithms, and the results stay those of the
 // reference.
 func TestTransportSegmentSize(t *testing.T) {

@@ -7,14 +7,15 @@ import (
 
 	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
 // Defaults for the zero values of Config.
 const (
 	DefaultConnsPerPeer    = 1
-	DefaultUnexpectedLimit = 64 << 20
-	DefaultMaxMessage      = 1 << 34
+	DefaultUnexpectedLimit = wire.DefaultUnexpectedLimit
+	DefaultMaxMessage      = wire.DefaultMaxMessage
 	DefaultPeerTimeout     = 30 * time.Second
 
 	// CongestionAuto and CongestionSystem are the two policies of
@@ -123,18 +124,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	if !validCongestion(cfg.Congestion) {
 		return invalid("congestion control %q is not an algorithm's name (or auto, system)", cfg.Congestion)
 	}
-	if cfg.UnexpectedLimit == 0 {
-		cfg.UnexpectedLimit = DefaultUnexpectedLimit
+	limits, err := wire.Limits{UnexpectedLimit: cfg.UnexpectedLimit, MaxMessage: cfg.MaxMessage}.WithDefaults()
+	if err != nil {
+		return invalid("%v", err)
 	}
-	if cfg.UnexpectedLimit < 0 {
-		return invalid("negative UnexpectedLimit %d", cfg.UnexpectedLimit)
-	}
-	if cfg.MaxMessage == 0 {
-		cfg.MaxMessage = DefaultMaxMessage
-	}
-	if cfg.MaxMessage < 0 {
-		return invalid("negative MaxMessage %d", cfg.MaxMessage)
-	}
+	cfg.UnexpectedLimit, cfg.MaxMessage = limits.UnexpectedLimit, limits.MaxMessage
 	if cfg.PeerTimeout == 0 {
 		cfg.PeerTimeout = DefaultPeerTimeout
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -36,7 +37,7 @@ type conn struct {
 
 	// Writer scratch, reused for every batch so steady-state sending
 	// does not allocate.
-	hdrs  [maxBatch][headerSize]byte
+	hdrs  [maxBatch][wire.HeaderSize]byte
 	iov   [][]byte    // backing array of the vector
 	wbuf  net.Buffers // the vector being written; WriteTo consumes it
 	batch []*sendItem
@@ -46,7 +47,7 @@ type conn struct {
 	rc syscall.RawConn
 	// Scratch of a caller writing directly (see send), used only while it
 	// owns the socket, which the send queue grants to one at a time.
-	dhdr   [headerSize]byte
+	dhdr   [wire.HeaderSize]byte
 	diov   [][]byte
 	dvec   [][]byte           // the vector writevOnce writes (Linux)
 	dn     int                // bytes it wrote
@@ -121,7 +122,7 @@ func (c *conn) writeLoop() {
 func (c *conn) writeBatch(batch []*sendItem) error {
 	iov := c.iov[:0]
 	for i, it := range batch {
-		encodeHeader(c.hdrs[i][:], &it.hdr)
+		wire.EncodeHeader(c.hdrs[i][:], &it.hdr)
 		iov = appendFrame(iov, c.hdrs[i][:], it)
 	}
 	c.iov = iov
@@ -140,7 +141,7 @@ func (c *conn) writeBatch(batch []*sendItem) error {
 // sent counts a fully written frame and completes its request.
 func (c *conn) sent(it *sendItem) {
 	if it.req != nil {
-		c.t.bytesSent.Add(it.hdr.length)
+		c.t.bytesSent.Add(it.hdr.Length)
 		c.t.msgsSent.Add(1)
 	}
 	it.finish(nil)
@@ -160,7 +161,7 @@ func (c *conn) sent(it *sendItem) {
 // writer's goroutine lets the caller go on (say, reducing the previous
 // segment) meanwhile.
 func (c *conn) send(it *sendItem) {
-	if it.hdr.length > directMax {
+	if it.hdr.Length > directMax {
 		if err := c.q.push(it); err != nil {
 			it.finish(err)
 		}
@@ -175,7 +176,7 @@ func (c *conn) send(it *sendItem) {
 		return // queued for the writer
 	}
 	// We own the socket's write side: the direct-write scratch is ours.
-	encodeHeader(c.dhdr[:], &it.hdr)
+	wire.EncodeHeader(c.dhdr[:], &it.hdr)
 	iov := appendFrame(c.diov[:0], c.dhdr[:], it)
 	n, werr := c.writeNow(iov)
 	clear(iov)
@@ -289,8 +290,8 @@ func (c *conn) sayGoodbye(deadline time.Time, reason string) {
 	if c.broken.Load() {
 		return
 	}
-	b := make([]byte, headerSize, headerSize+len(reason))
-	encodeHeader(b, &header{kind: frameGoodbye, length: uint64(len(reason))})
+	b := make([]byte, wire.HeaderSize, wire.HeaderSize+len(reason))
+	wire.EncodeHeader(b, &wire.Header{Kind: wire.Goodbye, Length: uint64(len(reason))})
 	b = append(b, reason...)
 	_ = c.nc.SetWriteDeadline(deadline)
 	_, _ = c.nc.Write(b)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -16,9 +17,9 @@ import (
 // frame, with no empty slices.
 func TestAppendFrameSkipsWritten(t *testing.T) {
 	bufs := [][]byte{reference[:3], nil, reference[100:200], {}, reference[5000:10000]}
-	h := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 2}, desc: testDesc, length: 3 + 100 + 5000}
-	var hdr [headerSize]byte
-	encodeHeader(hdr[:], &h)
+	h := wire.Header{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: 2}, Desc: testDesc, Length: 3 + 100 + 5000}
+	var hdr [wire.HeaderSize]byte
+	wire.EncodeHeader(hdr[:], &h)
 	whole := append([]byte(nil), hdr[:]...)
 	for _, b := range bufs {
 		whole = append(whole, b...)
@@ -80,7 +81,7 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 	var stream []byte
 	var ends []int // stream offset where each frame's payload ends
 	for i, n := range sizes {
-		h := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: uint64(i)}, desc: testDesc, length: uint64(n)}
+		h := wire.Header{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: uint64(i)}, Desc: testDesc, Length: uint64(n)}
 		stream = append(stream, frameBytes(h, bigPayload(i, n))...)
 		ends = append(ends, len(stream))
 	}

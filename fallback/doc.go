@@ -8,8 +8,9 @@
 // store under "tcp/addr/<rank>", dials every lower rank and accepts every
 // higher one, Config.ConnsPerPeer connections per pair. Every connection
 // first runs bootstrap.Authenticate with the job token (the dialer is the
-// client), then both sides exchange a hello (magic, protocol version,
-// rank, job size, connection index, connections per peer) and check it.
+// client), then both sides exchange a hello (wire.Hello's magic,
+// protocol version, rank and job size, then the connection index and
+// connections per peer: hello.go) and check it.
 // A connection that fails either step is refused and logged and the job
 // goes on; a stranger cannot take a slot or stall the setup. The listener
 // closes once the mesh is complete. Every rank is connected to every other
@@ -17,7 +18,8 @@
 //
 // # Data path
 //
-// Every frame is a fixed 48-byte header (see frame.go) and a payload.
+// Every frame is a fixed 56-byte header and a payload (the header is
+// internal/wire's, which the shared-memory transport uses too).
 // Send goes to the connection its tag hashes to (one message never
 // splits, and messages on one connection stay in order). When that
 // connection is idle, Send writes the frame itself with one non-blocking

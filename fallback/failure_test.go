@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -75,7 +76,7 @@ func TestCloseWhileStalled(t *testing.T) {
 	if err := j.ts[1].Close(); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > closeTimeout+time.Second {
+	if d := time.Since(start); d > wire.CloseTimeout+time.Second {
 		t.Errorf("Close took %v", d)
 	}
 	failed := 0

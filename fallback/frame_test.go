@@ -6,37 +6,9 @@ import (
 	"io"
 	"testing"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
-
-func TestHeaderRoundTrip(t *testing.T) {
-	headers := []header{
-		{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 2, Step: 3}, desc: testDesc, length: 1 << 20},
-		{kind: frameData, tag: transport.Tag{Comm: ^uint32(0), Seq: ^uint64(0), Step: ^uint32(0)},
-			desc: transport.Desc{Kind: transport.OpSparseAllreduce, DType: 255, Reduce: 3, Algo: 9, Root: -1, Count: ^uint64(0), Param: ^uint64(0) - 1}, length: 0},
-		{kind: frameFailOp, tag: transport.Tag{Comm: 5, Seq: 6}, length: maxReasonLen},
-		{kind: frameGoodbye},
-	}
-	for _, h := range headers {
-		var b [headerSize]byte
-		encodeHeader(b[:], &h)
-		got, err := decodeHeader(b[:], 1<<20)
-		if err != nil {
-			t.Fatalf("decode(encode(%+v)): %v", h, err)
-		}
-		if got != h {
-			t.Fatalf("decode(encode(%+v)) = %+v", h, got)
-		}
-	}
-	var b [headerSize]byte
-	encodeHeader(b[:], &header{kind: frameData, length: 1<<20 + 1})
-	if _, err := decodeHeader(b[:], 1<<20); !errors.Is(err, transport.ErrProtocol) {
-		t.Fatalf("oversized data frame: %v, want ErrProtocol", err)
-	}
-	if _, err := decodeHeader(b[:headerSize-1], 1<<30); !errors.Is(err, transport.ErrProtocol) {
-		t.Fatalf("short header: %v, want ErrProtocol", err)
-	}
-}
 
 func TestHelloRoundTrip(t *testing.T) {
 	h := hello{rank: 3, size: 8, conn: 1, connsPerPeer: 2}
@@ -52,52 +24,6 @@ func TestHelloRoundTrip(t *testing.T) {
 	}
 }
 
-// FuzzDecodeHeader: any input either decodes to a header within the
-// limits that encodes back to the same bytes, or is a protocol error.
-func FuzzDecodeHeader(f *testing.F) {
-	const maxMessage = 1 << 20
-	for _, h := range []header{
-		{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 2, Step: 3}, desc: testDesc, length: 100},
-		{kind: frameFailOp, length: 10},
-		{kind: frameGoodbye},
-	} {
-		var b [headerSize]byte
-		encodeHeader(b[:], &h)
-		f.Add(b[:])
-	}
-	f.Add([]byte("short"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := decodeHeader(b, maxMessage)
-		if err != nil {
-			if !errors.Is(err, transport.ErrProtocol) {
-				t.Fatalf("error %v is not ErrProtocol", err)
-			}
-			return
-		}
-		switch h.kind {
-		case frameData:
-			if h.length > maxMessage {
-				t.Fatalf("accepted a %d-byte data frame", h.length)
-			}
-		case frameFailOp:
-			if h.length > maxReasonLen {
-				t.Fatalf("accepted a %d-byte fail-op frame", h.length)
-			}
-		case frameGoodbye:
-			if h.length > maxReasonLen {
-				t.Fatalf("accepted a %d-byte goodbye", h.length)
-			}
-		default:
-			t.Fatalf("accepted frame kind %d", h.kind)
-		}
-		var again [headerSize]byte
-		encodeHeader(again[:], &h)
-		if !bytes.Equal(again[:], b[:headerSize]) {
-			t.Fatalf("re-encoding %+v gives %x, input %x", h, again, b[:headerSize])
-		}
-	})
-}
-
 type openGate struct{}
 
 func (openGate) enterFill() bool { return true }
@@ -108,12 +34,12 @@ func (openGate) exitFill()       {}
 // allocate for a message more than MaxMessage.
 func FuzzFrameReader(f *testing.F) {
 	const maxMessage = 1 << 16
-	data := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 1}, desc: testDesc}
+	data := wire.Header{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: 1}, Desc: testDesc}
 	f.Add(frameBytes(data, []byte("hello")))
 	f.Add(append(frameBytes(data, []byte("a")), frameBytes(data, []byte("b"))...))
-	f.Add(append(frameBytes(header{kind: frameFailOp, tag: transport.Tag{Comm: 1, Seq: 1}}, []byte("why")),
+	f.Add(append(frameBytes(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: 1, Seq: 1}}, []byte("why")),
 		frameBytes(data, []byte("late"))...))
-	f.Add(append(frameBytes(header{kind: frameGoodbye}, nil), frameBytes(data, nil)...))
+	f.Add(append(frameBytes(wire.Header{Kind: wire.Goodbye}, nil), frameBytes(data, nil)...))
 	f.Add(frameBytes(data, make([]byte, 3000))[:100])
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		fuzzFrameReader(t, stream, maxMessage, false)

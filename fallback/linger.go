@@ -19,7 +19,7 @@ import (
 
 // lingerStall is how long the unacknowledged bytes of a connection may
 // stay the same before Close stops waiting for them: a partitioned peer
-// acknowledges nothing, and Close must not wait its whole closeTimeout.
+// acknowledges nothing, and Close must not wait its whole wire.CloseTimeout.
 // It spans a few retransmission timeouts (200 ms at least, doubling with
 // each loss), so that a lossy link is not taken for a partition.
 const lingerStall = time.Second

@@ -3,13 +3,14 @@ package fallback
 import (
 	"sync"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
 // sendItem is one frame waiting to be written: a header and the caller's
 // payload buffers, written as they are (never copied).
 type sendItem struct {
-	hdr  header
+	hdr  wire.Header
 	bufs [][]byte
 	req  *transport.Request // nil for control frames (fail-op)
 	off  int                // bytes of the frame (header included) already written
@@ -18,14 +19,14 @@ type sendItem struct {
 // sendItems are recycled: one is needed per message.
 var sendItemPool = sync.Pool{New: func() any { return new(sendItem) }}
 
-func newSendItem(h header, bufs [][]byte, req *transport.Request) *sendItem {
+func newSendItem(h wire.Header, bufs [][]byte, req *transport.Request) *sendItem {
 	it := sendItemPool.Get().(*sendItem)
 	it.hdr, it.bufs, it.req, it.off = h, bufs, req, 0
 	return it
 }
 
 // frameLen is the size of the whole frame on the wire.
-func (it *sendItem) frameLen() int { return headerSize + int(it.hdr.length) }
+func (it *sendItem) frameLen() int { return wire.HeaderSize + int(it.hdr.Length) }
 
 // finish completes the item's request with err and recycles the item.
 func (it *sendItem) finish(err error) {
@@ -37,7 +38,7 @@ func (it *sendItem) finish(err error) {
 }
 
 // appendFrame appends to iov the parts of it still to be written: the
-// encoded header hdr (headerSize bytes) and the payload buffers, skipping
+// encoded header hdr (wire.HeaderSize bytes) and the payload buffers, skipping
 // the it.off bytes already on the wire.
 func appendFrame(iov [][]byte, hdr []byte, it *sendItem) [][]byte {
 	skip := it.off
@@ -181,10 +182,10 @@ func (q *sendQueue) take(batch []*sendItem) ([]*sendItem, error) {
 			if q.closed == nil && werr == nil && len(q.items) > 0 {
 				n, bytes := 0, uint64(0)
 				for _, it := range batch {
-					bytes += it.hdr.length
+					bytes += it.hdr.Length
 				}
 				for n < len(q.items) && len(batch) < maxBatch && bytes < maxBatchBytes {
-					bytes += q.items[n].hdr.length
+					bytes += q.items[n].hdr.Length
 					batch = append(batch, q.items[n])
 					n++
 				}

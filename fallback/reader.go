@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -41,15 +42,15 @@ type frameReader struct {
 	lowat func(n int)
 	mark  int // the mark set last; 0 is the socket default, 1
 
-	hdr        [headerSize]byte
-	reason     [maxReasonLen]byte
+	hdr        [wire.HeaderSize]byte
+	reason     [wire.MaxReasonLen]byte
 	sawGoodbye bool
 	byeReason  string // the goodbye's payload: why the peer closed, if it had failed
 
 	// The frame being read.
 	inFrame bool
 	hdrGot  int               // header bytes read (before inFrame)
-	cur     header            // the decoded header (inFrame)
+	cur     wire.Header       // the decoded header (inFrame)
 	claimed bool              // data frame: the matcher has said where it goes
 	claim   transport.Claimed // ... there (Dst), and what completes it
 	got     int               // payload bytes read so far
@@ -76,13 +77,13 @@ func (fr *frameReader) readFrame(block bool) error {
 		}
 	}
 	var err error
-	switch fr.cur.kind {
-	case frameData:
+	switch fr.cur.Kind {
+	case wire.Data:
 		err = fr.readData(block)
-	case frameFailOp, frameGoodbye:
+	case wire.FailOp, wire.Goodbye:
 		err = fr.readReason()
 	default:
-		return protocolErrorf("unhandled frame kind %v", fr.cur.kind)
+		return wire.ProtocolErrorf("unhandled frame kind %v", fr.cur.Kind)
 	}
 	if err == nil {
 		fr.inFrame = false
@@ -91,7 +92,7 @@ func (fr *frameReader) readFrame(block bool) error {
 }
 
 func (fr *frameReader) readHeader() error {
-	fr.needBytes(headerSize - fr.hdrGot)
+	fr.needBytes(wire.HeaderSize - fr.hdrGot)
 	if err := fr.readInto(fr.hdr[:], &fr.hdrGot, false); err != nil {
 		switch {
 		case isTimeout(err):
@@ -104,7 +105,7 @@ func (fr *frameReader) readHeader() error {
 		return fmt.Errorf("reading frame header: %w", err)
 	}
 	fr.hdrGot = 0
-	h, err := decodeHeader(fr.hdr[:], fr.maxMessage)
+	h, err := wire.DecodeHeader(fr.hdr[:], fr.maxMessage)
 	if err != nil {
 		return err
 	}
@@ -112,9 +113,9 @@ func (fr *frameReader) readHeader() error {
 }
 
 // startFrame makes h, whose header has been read, the current frame.
-func (fr *frameReader) startFrame(h header) error {
+func (fr *frameReader) startFrame(h wire.Header) error {
 	if fr.sawGoodbye {
-		return protocolErrorf("%v frame after goodbye", h.kind)
+		return wire.ProtocolErrorf("%v frame after goodbye", h.Kind)
 	}
 	fr.inFrame, fr.cur = true, h
 	fr.claimed, fr.claim, fr.got = false, transport.Claimed{}, 0
@@ -124,7 +125,7 @@ func (fr *frameReader) startFrame(h header) error {
 // readReason reads the text of a fail-op or goodbye frame and acts on it.
 func (fr *frameReader) readReason() error {
 	h := &fr.cur
-	reason := fr.reason[:h.length] // decodeHeader bounded it by maxReasonLen
+	reason := fr.reason[:h.Length] // wire.DecodeHeader bounded it by wire.MaxReasonLen
 	fr.needBytes(len(reason) - fr.got)
 	if err := fr.readInto(reason, &fr.got, false); err != nil {
 		if isTimeout(err) {
@@ -132,11 +133,11 @@ func (fr *frameReader) readReason() error {
 		}
 		return payloadError(h, err)
 	}
-	if h.kind == frameGoodbye {
+	if h.Kind == wire.Goodbye {
 		fr.sawGoodbye, fr.byeReason = true, string(reason)
 		return nil
 	}
-	fr.m.FailOp(h.tag.Comm, h.tag.Seq, &transport.RemoteFailure{Peer: fr.peer, Reason: string(reason)})
+	fr.m.FailOp(h.Tag.Comm, h.Tag.Seq, &transport.RemoteFailure{Peer: fr.peer, Reason: string(reason)})
 	return nil
 }
 
@@ -145,13 +146,13 @@ func (fr *frameReader) readReason() error {
 // nowhere (a failed operation's late message).
 func (fr *frameReader) readData(block bool) error {
 	h := &fr.cur
-	n := int(h.length) // decodeHeader bounded it by maxMessage
+	n := int(h.Length) // wire.DecodeHeader bounded it by maxMessage
 	if !fr.claimed {
 		claim := fr.m.Claim
 		if !block {
 			claim = fr.m.TryClaim
 		}
-		c, err := claim(fr.peer, h.tag, h.desc, n)
+		c, err := claim(fr.peer, h.Tag, h.Desc, n)
 		if err != nil {
 			return err
 		}
@@ -289,11 +290,11 @@ func (fr *frameReader) needBytes(n int) {
 
 // payloadError describes a read that ended inside a frame: the header
 // promised more bytes, so even a plain EOF is unexpected.
-func payloadError(h *header, err error) error {
+func payloadError(h *wire.Header, err error) error {
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
-	return fmt.Errorf("reading %d-byte payload of %v frame (%v): %w", h.length, h.kind, h.tag, err)
+	return fmt.Errorf("reading %d-byte payload of %v frame (%v): %w", h.Length, h.Kind, h.Tag, err)
 }
 
 // isTimeout reports whether err is a read deadline passing: the read can

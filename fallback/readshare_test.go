@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -133,7 +134,7 @@ func TestWaiterTimeoutsResume(t *testing.T) {
 			// One message waited for first: from then on waiters read.
 			warm := transport.Tag{Comm: 7, Seq: 0}
 			w := tr.Recv(1, warm, testDesc, make([]byte, 10))
-			if _, err := fake.Write(frameBytes(header{kind: frameData, tag: warm, desc: testDesc}, payload(1, 0, warm, 10))); err != nil {
+			if _, err := fake.Write(frameBytes(wire.Header{Kind: wire.Data, Tag: warm, Desc: testDesc}, payload(1, 0, warm, 10))); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.Wait(ctx); err != nil {
@@ -144,9 +145,9 @@ func TestWaiterTimeoutsResume(t *testing.T) {
 			// An unexpected message first, then ours, the stream cut
 			// inside the first header, inside both payloads and between.
 			first, want := payload(1, 0, other, 3000), payload(1, 0, mine, 600<<10)
-			stream := append(frameBytes(header{kind: frameData, tag: other, desc: testDesc}, first),
-				frameBytes(header{kind: frameData, tag: mine, desc: testDesc}, want)...)
-			cuts := []int{20, 1000, headerSize + len(first), headerSize + len(first) + 30, len(stream) - 300<<10, len(stream)}
+			stream := append(frameBytes(wire.Header{Kind: wire.Data, Tag: other, Desc: testDesc}, first),
+				frameBytes(wire.Header{Kind: wire.Data, Tag: mine, Desc: testDesc}, want)...)
+			cuts := []int{20, 1000, wire.HeaderSize + len(first), wire.HeaderSize + len(first) + 30, len(stream) - 300<<10, len(stream)}
 			r := tr.Recv(1, mine, testDesc, make([]byte, len(want)))
 			pos := 0
 			for i, cut := range cuts {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -77,13 +78,13 @@ func readStream(stream []byte, scatter bool, rng *rand.Rand) readOutcome {
 // each followed by a resumed read, gives exactly what reading it in one go
 // gives: the same messages, the same bytes, the same final error.
 func FuzzFrameReaderResume(f *testing.F) {
-	data := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 2}, desc: testDesc}
-	other := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 3}, desc: testDesc}
+	data := wire.Header{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: 2}, Desc: testDesc}
+	other := wire.Header{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: 3}, Desc: testDesc}
 	f.Add(frameBytes(data, []byte("hello")), uint64(1))
 	f.Add(append(frameBytes(other, make([]byte, 300)), frameBytes(data, []byte("b"))...), uint64(2))
-	f.Add(append(frameBytes(header{kind: frameFailOp, tag: transport.Tag{Comm: 1, Seq: 9}}, []byte("why")),
+	f.Add(append(frameBytes(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: 1, Seq: 9}}, []byte("why")),
 		frameBytes(data, []byte("late"))...), uint64(3))
-	f.Add(append(frameBytes(header{kind: frameGoodbye}, []byte("bye")), frameBytes(data, nil)...), uint64(4))
+	f.Add(append(frameBytes(wire.Header{Kind: wire.Goodbye}, []byte("bye")), frameBytes(data, nil)...), uint64(4))
 	f.Add(frameBytes(data, make([]byte, 150))[:100], uint64(5))
 	f.Fuzz(func(t *testing.T, stream []byte, seed uint64) {
 		for _, scatter := range []bool{false, true} {

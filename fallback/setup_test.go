@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -181,10 +182,10 @@ func TestSetupDisagreement(t *testing.T) {
 }
 
 // frameBytes encodes one frame with payload.
-func frameBytes(h header, payload []byte) []byte {
-	h.length = uint64(len(payload))
-	b := make([]byte, headerSize, headerSize+len(payload))
-	encodeHeader(b, &h)
+func frameBytes(h wire.Header, payload []byte) []byte {
+	h.Length = uint64(len(payload))
+	b := make([]byte, wire.HeaderSize, wire.HeaderSize+len(payload))
+	wire.EncodeHeader(b, &h)
 	return append(b, payload...)
 }
 
@@ -192,25 +193,25 @@ func frameBytes(h header, payload []byte) []byte {
 // garbage makes the transport fail with ErrProtocol naming that peer; no
 // panic, no hang.
 func TestMalformedFrames(t *testing.T) {
-	data := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 99}, desc: testDesc}
+	data := wire.Header{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: 99}, Desc: testDesc}
 	corrupt := func(off int, v byte) []byte {
 		b := frameBytes(data, []byte("abc"))
 		b[off] = v
 		return b
 	}
 	oversized := frameBytes(data, nil)
-	binary.LittleEndian.PutUint64(oversized[headerSize-8:], 1<<40) // the length ends the header
-	longReason := frameBytes(header{kind: frameFailOp}, nil)
-	binary.LittleEndian.PutUint64(longReason[headerSize-8:], maxReasonLen+1)
+	binary.LittleEndian.PutUint64(oversized[wire.HeaderSize-8:], 1<<40) // the length ends the header
+	longReason := frameBytes(wire.Header{Kind: wire.FailOp}, nil)
+	binary.LittleEndian.PutUint64(longReason[wire.HeaderSize-8:], wire.MaxReasonLen+1)
 	cases := map[string][]byte{
 		"bad magic":          corrupt(0, 'X'),
-		"wrong version":      corrupt(4, protocolVersion+1),
+		"wrong version":      corrupt(4, wire.Version+1),
 		"unknown kind":       corrupt(5, 77),
 		"reserved bits":      corrupt(6, 1),
 		"oversized":          oversized,
 		"long fail-op":       longReason,
-		"long goodbye":       frameBytes(header{kind: frameGoodbye}, make([]byte, maxReasonLen+1)),
-		"data after goodbye": append(frameBytes(header{kind: frameGoodbye}, nil), frameBytes(data, nil)...),
+		"long goodbye":       frameBytes(wire.Header{Kind: wire.Goodbye}, make([]byte, wire.MaxReasonLen+1)),
+		"data after goodbye": append(frameBytes(wire.Header{Kind: wire.Goodbye}, nil), frameBytes(data, nil)...),
 		"duplicate tag":      append(frameBytes(data, []byte("a")), frameBytes(data, []byte("b"))...),
 	}
 	for name, garbage := range cases {

@@ -2,10 +2,9 @@ package fallback
 
 import (
 	"github.com/sparcml/sparcml/internal/logging"
-	"github.com/sparcml/sparcml/transport"
 )
 
-// Survive implements transport.Survivor: from now on a lost peer fails
+// Survive (transport.Capabilities.Survive): from now on a lost peer fails
 // only what involves it, and lost is called once for it.
 func (t *Transport) Survive(lost func(peer int, err error)) {
 	t.mu.Lock()
@@ -30,7 +29,7 @@ func (t *Transport) failPeer(err error, peer int) {
 func (t *Transport) losePeer(peer int, err error) bool {
 	t.mu.Lock()
 	cb := t.onLost
-	if cb == nil || t.err != nil {
+	if cb == nil || t.sticky.Err() != nil {
 		t.mu.Unlock()
 		return false
 	}
@@ -57,9 +56,6 @@ func (t *Transport) losePeer(peer int, err error) bool {
 	return true
 }
 
-var _ transport.Survivor = (*Transport)(nil)
-
-// FailOpLocal implements transport.LocalOpFailer.
+// FailOpLocal fails operation (comm, seq) on this rank only
+// (transport.Capabilities.FailOpLocal).
 func (t *Transport) FailOpLocal(comm uint32, seq uint64, err error) { t.m.FailOp(comm, seq, err) }
-
-var _ transport.LocalOpFailer = (*Transport)(nil)

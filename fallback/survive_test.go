@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -106,10 +107,10 @@ func TestSurviveLostPeer(t *testing.T) {
 // closes only that peer's connections, with an error naming it; the
 // other connections are unharmed.
 func TestSurviveBadFrames(t *testing.T) {
-	bad := map[string]header{
-		"unknown kind":  {kind: 9, tag: transport.Tag{Comm: 9, Seq: 1}},
-		"oversize":      {kind: frameData, tag: transport.Tag{Comm: 9, Seq: 1}, desc: testDesc, length: 1 << 40},
-		"fail-op, long": {kind: frameFailOp, tag: transport.Tag{Comm: 9, Seq: 1}, length: maxReasonLen + 1},
+	bad := map[string]wire.Header{
+		"unknown kind":  {Kind: 9, Tag: transport.Tag{Comm: 9, Seq: 1}},
+		"oversize":      {Kind: wire.Data, Tag: transport.Tag{Comm: 9, Seq: 1}, Desc: testDesc, Length: 1 << 40},
+		"fail-op, long": {Kind: wire.FailOp, Tag: transport.Tag{Comm: 9, Seq: 1}, Length: wire.MaxReasonLen + 1},
 	}
 	for name, h := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -120,8 +121,8 @@ func TestSurviveBadFrames(t *testing.T) {
 				logs[r] = newLostLog()
 				tr.Survive(logs[r].report)
 			}
-			b := make([]byte, headerSize)
-			encodeHeader(b, &h)
+			b := make([]byte, wire.HeaderSize)
+			wire.EncodeHeader(b, &h)
 			if _, err := j.ts[2].peers[0][0].nc.Write(b); err != nil {
 				t.Fatal(err)
 			}

@@ -9,12 +9,9 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
-
-// closeTimeout bounds how long Close spends flushing writes and saying
-// goodbye to peers that do not read.
-const closeTimeout = 2 * time.Second
 
 // Transport is one rank's TCP transport: a full mesh of authenticated
 // connections to every other rank, ConnsPerPeer per peer, each with a
@@ -31,8 +28,10 @@ type Transport struct {
 
 	bytesSent, bytesRecv, msgsSent, msgsRecv atomic.Uint64
 
+	sticky wire.Sticky
+	caps   transport.Capabilities // Caps, made once (see transport.Capabilities)
+
 	mu       sync.Mutex
-	err      error                     // sticky error; set once
 	filling  int                       // readers writing into receive buffers right now
 	idle     *sync.Cond                // signalled when filling drops to zero
 	peerGone []int                     // per peer, connections that ended with goodbye
@@ -45,13 +44,9 @@ type Transport struct {
 	readers   sync.WaitGroup
 	writers   sync.WaitGroup
 	aborters  sync.WaitGroup // goroutines started by fail
-	failed    chan struct{}  // closed when the sticky error is set
 }
 
-var (
-	_ transport.Transport   = (*Transport)(nil)
-	_ transport.LocalFailer = (*Transport)(nil)
-)
+var _ transport.Transport = (*Transport)(nil)
 
 // New sets up this rank's transport: it listens, publishes its address,
 // connects to every other rank of the job and returns once the mesh is
@@ -68,9 +63,9 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		size:     cfg.Size,
 		m:        transport.NewMatcher(cfg.Rank, cfg.UnexpectedLimit),
 		peerGone: make([]int, cfg.Size),
-		failed:   make(chan struct{}),
 	}
 	t.idle = sync.NewCond(&t.mu)
+	t.caps = transport.Capabilities{Failed: t.sticky.Failed(), FailLocal: t.FailLocal, FailOpLocal: t.FailOpLocal, Survive: t.Survive}
 	if cfg.Size == 1 {
 		t.peers = make([][]*conn, 1)
 		return t, nil
@@ -172,7 +167,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	req := transport.NewRequest(peer, tag, true)
 	c := t.connFor(peer, tag)
 	req.SetWaiter(c.waitSendF)
-	it := newSendItem(header{kind: frameData, tag: tag, desc: desc, length: uint64(n)}, bufs, req)
+	it := newSendItem(wire.Header{Kind: wire.Data, Tag: tag, Desc: desc, Length: uint64(n)}, bufs, req)
 	c.send(it)
 	return req
 }
@@ -202,15 +197,15 @@ func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
 	}
 	t.m.FailOp(comm, seq, err)
 	reason := err.Error()
-	if len(reason) > maxReasonLen {
-		reason = reason[:maxReasonLen]
+	if len(reason) > wire.MaxReasonLen {
+		reason = reason[:wire.MaxReasonLen]
 	}
 	payload := []byte(reason)
 	for p, list := range t.peers {
 		if p == t.rank {
 			continue
 		}
-		h := header{kind: frameFailOp, tag: transport.Tag{Comm: comm, Seq: seq}, length: uint64(len(payload))}
+		h := wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: comm, Seq: seq}, Length: uint64(len(payload))}
 		it := newSendItem(h, [][]byte{payload}, nil)
 		// A closed queue means the transport has failed, and with it
 		// every operation on every rank: nothing more to tell.
@@ -231,11 +226,7 @@ func (t *Transport) Abort(err error) {
 }
 
 // Err implements transport.Transport.
-func (t *Transport) Err() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.err
-}
+func (t *Transport) Err() error { return t.sticky.Err() }
 
 // Stats implements transport.Transport.
 func (t *Transport) Stats() transport.Stats {
@@ -249,7 +240,7 @@ func (t *Transport) Stats() transport.Stats {
 
 // Close implements transport.Transport. Queued sends fail with
 // transport.ErrClosed; messages already handed to the writers are flushed
-// (for at most closeTimeout), each peer gets a goodbye so it reports this
+// (for at most wire.CloseTimeout), each peer gets a goodbye so it reports this
 // rank as closed rather than crashed (Close lingers until the peer has it:
 // linger.go), and Close returns once every
 // goroutine of the transport has stopped. It is idempotent.
@@ -260,22 +251,22 @@ func (t *Transport) Close() error {
 		reason := ""
 		if err := t.Err(); err != nil {
 			reason = err.Error()
-			if len(reason) > maxReasonLen {
-				reason = reason[:maxReasonLen]
+			if len(reason) > wire.MaxReasonLen {
+				reason = reason[:wire.MaxReasonLen]
 			}
 		}
-		t.setErr(transport.ErrClosed)
+		t.sticky.Set(transport.ErrClosed)
 		if t.stopWatch != nil {
 			close(t.stopWatch)
 			t.watchdog.Wait()
 		}
-		deadline := time.Now().Add(closeTimeout)
+		deadline := time.Now().Add(wire.CloseTimeout)
 		t.forEachConn(func(c *conn) {
 			_ = c.nc.SetWriteDeadline(deadline)
 			c.q.close(transport.ErrClosed)
 		})
 		t.writers.Wait()
-		goodbyeDeadline := time.Now().Add(closeTimeout)
+		goodbyeDeadline := time.Now().Add(wire.CloseTimeout)
 		t.forEachConn(func(c *conn) { c.sayGoodbye(goodbyeDeadline, reason) })
 		t.lingerAll(goodbyeDeadline)
 		t.fail(transport.ErrClosed, closeAll)
@@ -285,23 +276,16 @@ func (t *Transport) Close() error {
 	return nil
 }
 
-// setErr records the sticky error and reports whether it was the first.
-func (t *Transport) setErr(err error) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
-		return false
-	}
-	t.err = err
-	close(t.failed)
-	return true
-}
+// Caps implements transport.Transport: TCP can be watched, failed on
+// this rank alone, per operation or whole, and can survive a lost peer;
+// it has no segment size of its own.
+func (t *Transport) Caps() transport.Capabilities { return t.caps }
 
-// Failed implements transport.LocalFailer: closed once the transport has
-// failed.
-func (t *Transport) Failed() <-chan struct{} { return t.failed }
+// Failed is closed once the transport has failed
+// (transport.Capabilities.Failed).
+func (t *Transport) Failed() <-chan struct{} { return t.sticky.Failed() }
 
-// FailLocal implements transport.LocalFailer: everything pending and
+// FailLocal (transport.Capabilities.FailLocal): everything pending and
 // later fails with err on this rank, and no connection closes, so the
 // peers learn of the loss behind err themselves, or from this rank's
 // goodbye at Close, which carries err, instead of seeing this rank
@@ -322,7 +306,7 @@ const (
 // an error naming it, not from a cascade of closures naming whoever
 // noticed first.
 func (t *Transport) fail(err error, closePeer int) {
-	first := t.setErr(err)
+	first := t.sticky.Set(err)
 	err = t.Err()
 	t.forEachConn(func(c *conn) {
 		c.q.close(err)
@@ -370,7 +354,7 @@ func (t *Transport) forEachConn(f func(c *conn)) {
 func (t *Transport) enterFill() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.err != nil {
+	if t.sticky.Err() != nil {
 		return false
 	}
 	t.filling++

@@ -28,6 +28,7 @@ type InMemory struct {
 	sent, recvd, msgsSent, msgsRecvd atomic.Uint64
 
 	closed atomic.Bool
+	caps   Capabilities // Caps, made once (see Capabilities)
 
 	mu     sync.Mutex
 	err    error
@@ -72,6 +73,7 @@ func NewInMemoryLimit(size int, limit int64) []*InMemory {
 	}
 	for _, t := range ts {
 		t.peers = ts
+		t.caps = Capabilities{Failed: t.failed, FailLocal: t.FailLocal, FailOpLocal: t.FailOpLocal, Survive: t.Survive}
 	}
 	return ts
 }
@@ -246,10 +248,15 @@ func (t *InMemory) setErr(err error) bool {
 	return true
 }
 
-// Failed implements LocalFailer: closed once the transport has failed.
+// Caps implements Transport: the in-memory transport can be watched,
+// failed on this rank alone, per operation or whole, and can survive a
+// lost peer; it has no segment size of its own.
+func (t *InMemory) Caps() Capabilities { return t.caps }
+
+// Failed is closed once the transport has failed (Capabilities.Failed).
 func (t *InMemory) Failed() <-chan struct{} { return t.failed }
 
-// FailLocal implements LocalFailer: everything pending and later fails
+// FailLocal (Capabilities.FailLocal): everything pending and later fails
 // with err on this rank only; the peers are not told (a Route spreads a
 // loss seen by another of its transports this way, so the peers still
 // learn of it from the rank that died, not from this one).

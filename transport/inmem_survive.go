@@ -1,6 +1,6 @@
 package transport
 
-// Survive implements Survivor.
+// Survive switches to the per-peer failure model (Capabilities.Survive).
 func (t *InMemory) Survive(lost func(peer int, err error)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -8,23 +8,8 @@ import (
 	"time"
 )
 
-// LocalFailer is implemented by a transport whose failure can be watched,
-// and which can be failed on this rank alone: how a Route makes a peer
-// lost on one of its transports fatal on all of them while every other
-// rank learns of the loss itself (each rank reaches every other through
-// one of its transports), instead of from a cascade of closures naming
-// whoever noticed first.
-type LocalFailer interface {
-	// Failed is closed once the transport has failed (Err is not nil).
-	Failed() <-chan struct{}
-	// FailLocal fails every pending and later request on this rank with
-	// err, as losing a peer does, and tells no peer. The transport's
-	// Close still says goodbye, carrying err.
-	FailLocal(err error)
-}
-
 // routePoll is how often a Route looks at the Err of a transport that is
-// not a LocalFailer.
+// reports no Failed channel.
 const routePoll = 100 * time.Millisecond
 
 // Route is one Transport over several: each peer is reached through one
@@ -34,8 +19,8 @@ const routePoll = 100 * time.Millisecond
 // When one of them fails (a lost peer), Route fails the others on this
 // rank too, with the same error prefixed by the failed transport's name,
 // so that every pending and later request fails, as on a single
-// transport: through FailLocal where a transport has it, otherwise by
-// Abort (whose peers then see this rank lost).
+// transport: through FailLocal where a transport has it (Capabilities),
+// otherwise by Abort (whose peers then see this rank lost).
 //
 // The matchers stay separate: a message of another collective kind that
 // reaches one transport fails only the receives of its operation posted
@@ -46,6 +31,7 @@ type Route struct {
 	parts      []Transport
 	via        []Transport // by peer; nil for this rank
 	name       string
+	caps       Capabilities // Caps, made once (see Capabilities)
 
 	mu      sync.Mutex
 	err     error
@@ -57,10 +43,7 @@ type Route struct {
 	closeOnce sync.Once
 }
 
-var (
-	_ Transport   = (*Route)(nil)
-	_ LocalFailer = (*Route)(nil)
-)
+var _ Transport = (*Route)(nil)
 
 // NewRoute returns the transport that reaches peer p through
 // parts[via[p]]. Every part must have the same Rank and Size; via has an
@@ -93,6 +76,7 @@ func NewRoute(parts []Transport, via []int) (*Route, error) {
 		}
 		r.via[peer] = parts[i]
 	}
+	r.caps = Capabilities{SegmentBytes: segmentBytes(parts), Failed: r.failed, FailLocal: r.FailLocal}
 	for _, p := range parts {
 		r.watchers.Add(1)
 		go r.watch(p)
@@ -109,13 +93,18 @@ func (r *Route) Rank() int { return r.rank }
 // Size implements Transport.
 func (r *Route) Size() int { return r.size }
 
-// SegmentBytes implements SegmentSizer: the parts' preference where they
-// all have the same one, else none (a flat algorithm's segments cross
-// every part).
-func (r *Route) SegmentBytes() int {
-	seg := SegmentBytes(r.parts[0])
-	for _, p := range r.parts[1:] {
-		if SegmentBytes(p) != seg {
+// Caps implements Transport: a Route can be watched and failed on this
+// rank alone, whatever its parts can; its segment size is the parts'
+// where they all have the same one, else none (a flat algorithm's
+// segments cross every part). A lost peer is sticky on a Route, and an
+// operation fails on every rank (no Survive, no FailOpLocal).
+func (r *Route) Caps() Capabilities { return r.caps }
+
+// segmentBytes is the segment size the parts agree on, 0 if they differ.
+func segmentBytes(parts []Transport) int {
+	seg := parts[0].Caps().SegmentBytes
+	for _, p := range parts[1:] {
+		if p.Caps().SegmentBytes != seg {
 			return 0
 		}
 	}
@@ -176,24 +165,20 @@ func (r *Route) Abort(err error) {
 	r.setErr(r.parts[0].Err())
 }
 
-// FailLocal implements LocalFailer: every part fails on this rank alone
-// where it can (FailLocal), else aborts; the parts' goodbyes at Close
-// carry err.
+// FailLocal (Capabilities.FailLocal): every part fails on this rank
+// alone where it can (FailLocal), else aborts; the parts' goodbyes at
+// Close carry err.
 func (r *Route) FailLocal(err error) {
 	if !r.setErr(err) {
 		return
 	}
 	for _, p := range r.parts {
-		if lf, ok := p.(LocalFailer); ok {
-			lf.FailLocal(err)
-		} else {
-			p.Abort(err)
-		}
+		failLocal(p, err)
 	}
 }
 
-// Failed implements LocalFailer: closed once a part has failed or the
-// route was failed.
+// Failed is closed once a part has failed or the route was failed
+// (Capabilities.Failed).
 func (r *Route) Failed() <-chan struct{} { return r.failed }
 
 // Err implements Transport: the first failure of a part, named by it.
@@ -263,9 +248,9 @@ func (r *Route) Close() error {
 // watch waits for part to fail and fails the other parts.
 func (r *Route) watch(part Transport) {
 	defer r.watchers.Done()
-	if lf, ok := part.(LocalFailer); ok {
+	if failed := part.Caps().Failed; failed != nil {
 		select {
-		case <-lf.Failed():
+		case <-failed:
 		case <-r.stopWatch:
 			return
 		}
@@ -299,10 +284,15 @@ func (r *Route) spread(from Transport, err error) {
 		if p == from {
 			continue
 		}
-		if lf, ok := p.(LocalFailer); ok {
-			lf.FailLocal(err)
-		} else {
-			p.Abort(err)
-		}
+		failLocal(p, err)
 	}
+}
+
+// failLocal fails p on this rank alone where it can, else aborts it.
+func failLocal(p Transport, err error) {
+	if f := p.Caps().FailLocal; f != nil {
+		f(err)
+		return
+	}
+	p.Abort(err)
 }

@@ -169,6 +169,10 @@ type Transport interface {
 	// Stats returns the counters since the transport was created.
 	Stats() Stats
 
+	// Caps reports what the transport can do beyond this contract
+	// (Capabilities); the conformance suite holds it to what it reports.
+	Caps() Capabilities
+
 	// Close releases the transport. Pending and later requests fail with
 	// ErrClosed. Peers see a graceful close: what this rank sent before
 	// is still delivered, and only what still involves it fails there,
@@ -192,20 +196,4 @@ func (s Stats) Sub(o Stats) Stats {
 		MsgsSent:  s.MsgsSent - o.MsgsSent,
 		MsgsRecv:  s.MsgsRecv - o.MsgsRecv,
 	}
-}
-
-// SegmentSizer is implemented by a transport that moves large messages
-// best in segments of a size of its own: the collectives cut their
-// pipelined transfers into segments of SegmentBytes bytes (0: no
-// preference, the collectives' default).
-type SegmentSizer interface {
-	SegmentBytes() int
-}
-
-// SegmentBytes is t's preferred segment size, 0 if it has none.
-func SegmentBytes(t Transport) int {
-	if s, ok := t.(SegmentSizer); ok {
-		return s.SegmentBytes()
-	}
-	return 0
 }

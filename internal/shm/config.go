@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -14,8 +15,8 @@ import (
 const (
 	DefaultRingSize        = 1 << 20
 	DefaultSingleCopyLimit = 64 << 10
-	DefaultUnexpectedLimit = 64 << 20
-	DefaultMaxMessage      = 1 << 34
+	DefaultUnexpectedLimit = wire.DefaultUnexpectedLimit
+	DefaultMaxMessage      = wire.DefaultMaxMessage
 	DefaultSpin            = 50 * time.Microsecond
 	DefaultKeyPrefix       = "shm"
 
@@ -135,18 +136,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SingleCopyLimit < 0 {
 		return invalid("negative SingleCopyLimit %d", cfg.SingleCopyLimit)
 	}
-	if cfg.UnexpectedLimit == 0 {
-		cfg.UnexpectedLimit = DefaultUnexpectedLimit
+	limits, err := wire.Limits{UnexpectedLimit: cfg.UnexpectedLimit, MaxMessage: cfg.MaxMessage}.WithDefaults()
+	if err != nil {
+		return invalid("%v", err)
 	}
-	if cfg.UnexpectedLimit < 0 {
-		return invalid("negative UnexpectedLimit %d", cfg.UnexpectedLimit)
-	}
-	if cfg.MaxMessage == 0 {
-		cfg.MaxMessage = DefaultMaxMessage
-	}
-	if cfg.MaxMessage < 0 {
-		return invalid("negative MaxMessage %d", cfg.MaxMessage)
-	}
+	cfg.UnexpectedLimit, cfg.MaxMessage = limits.UnexpectedLimit, limits.MaxMessage
 	if cfg.Spin == 0 {
 		cfg.Spin = DefaultSpin
 		if onlineCPUs() < len(cfg.Peers) {

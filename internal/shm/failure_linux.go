@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -31,14 +32,14 @@ const (
 )
 
 func writeSockMsg(c *net.UnixConn, kind byte, reason string) error {
-	if len(reason) > maxReasonLen {
-		reason = reason[:maxReasonLen]
+	if len(reason) > wire.MaxReasonLen {
+		reason = reason[:wire.MaxReasonLen]
 	}
 	b := make([]byte, 3+len(reason))
 	b[0] = kind
 	binary.LittleEndian.PutUint16(b[1:], uint16(len(reason)))
 	copy(b[3:], reason)
-	_ = c.SetWriteDeadline(time.Now().Add(closeTimeout))
+	_ = c.SetWriteDeadline(time.Now().Add(wire.CloseTimeout))
 	_, err := c.Write(b)
 	return err
 }
@@ -49,8 +50,8 @@ func readSockMsg(c *net.UnixConn) (kind byte, reason string, err error) {
 		return 0, "", err
 	}
 	n := binary.LittleEndian.Uint16(h[1:])
-	if h[0] < sockBye || h[0] > sockClosed || n > maxReasonLen {
-		return 0, "", protocolErrorf("bad socket message (kind %d, %d bytes)", h[0], n)
+	if h[0] < sockBye || h[0] > sockClosed || n > wire.MaxReasonLen {
+		return 0, "", wire.ProtocolErrorf("bad socket message (kind %d, %d bytes)", h[0], n)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(c, b); err != nil {
@@ -100,7 +101,7 @@ func (t *Transport) watch(p *peer) {
 // fails every receive. No peer is told: each learns of a lost rank itself,
 // and of this rank's failure from its goodbye or abort.
 func (t *Transport) fail(err error, lost *peer) {
-	if !t.setErr(err) {
+	if !t.sticky.Set(err) {
 		return
 	}
 	if lost != nil {
@@ -129,7 +130,7 @@ func (t *Transport) fail(err error, lost *peer) {
 // transport goes on with the other peers. Called by a poller.
 func (t *Transport) peerClosed(p *peer, err error) {
 	t.mu.Lock()
-	if p.gone != nil || t.err != nil {
+	if p.gone != nil || t.sticky.Err() != nil {
 		t.mu.Unlock()
 		return
 	}
@@ -164,7 +165,7 @@ func (t *Transport) failWithdrawn(p *peer, c transport.Claimed) {
 	t.mu.Lock()
 	why := p.gone
 	if why == nil {
-		why = t.err
+		why = t.sticky.Err()
 	}
 	if why == nil {
 		p.withdrawn = append(p.withdrawn, c)
@@ -189,7 +190,7 @@ func (t *Transport) hangUp(reason string) {
 
 // Close implements transport.Transport. Pending and later requests fail
 // with transport.ErrClosed; the frame being written to each peer is
-// finished and a goodbye follows it (waiting at most closeTimeout for
+// finished and a goodbye follows it (waiting at most wire.CloseTimeout for
 // room), carrying this rank's earlier failure if it had one, so each peer
 // reports this rank as closed rather than lost; single-copy sends a peer
 // is reading complete first. Close returns once the transport's
@@ -205,13 +206,13 @@ func (t *Transport) close() {
 		reason = err.Error()
 	}
 	atomic.StoreUint32(t.closed, 1) // peers' sends to this rank fail from now on
-	t.setErr(transport.ErrClosed)
+	t.sticky.Set(transport.ErrClosed)
 	t.stopping.Store(true)
 	t.pollMu.Lock()
 	t.pollMu.Unlock() // the poll under way has ended
 	t.waitNoFill()    // reads from the peers' memory end before the goodbyes
 	if !t.hungUp.Swap(true) {
-		deadline := time.Now().Add(closeTimeout)
+		deadline := time.Now().Add(wire.CloseTimeout)
 		for _, p := range t.local {
 			if p.sayGoodbye(deadline, reason) {
 				_ = writeSockMsg(p.conn, sockBye, "")
@@ -263,10 +264,10 @@ func (p *peer) sayGoodbye(deadline time.Time, reason string) bool {
 	if p.outCut {
 		return false
 	}
-	if len(reason) > maxReasonLen {
-		reason = reason[:maxReasonLen]
+	if len(reason) > wire.MaxReasonLen {
+		reason = reason[:wire.MaxReasonLen]
 	}
-	bye := &outItem{h: header{kind: frameGoodbye, length: uint64(len(reason))}, bufs: [][]byte{[]byte(reason)}}
+	bye := &outItem{h: wire.Header{Kind: wire.Goodbye, Length: uint64(len(reason))}, bufs: [][]byte{[]byte(reason)}}
 	ok := p.waitPut(bye, deadline)
 	if !ok && bye.started {
 		p.outCut = true

@@ -5,18 +5,19 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
-	for _, h := range []header{
-		{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 1 << 40, Step: 3}, desc: transport.Desc{Kind: transport.OpAllreduce, Count: 9, Param: 4}, length: 1 << 30},
-		{kind: frameRndv, tag: transport.Tag{Seq: 2}, length: 100, slot: rndvSlots - 1, gen: 1<<genBits - 1, iovs: maxIovs},
-		{kind: frameFailOp, tag: transport.Tag{Comm: 7, Seq: 8}, length: maxReasonLen},
-		{kind: frameGoodbye},
+	for _, h := range []wire.Header{
+		{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: 1 << 40, Step: 3}, Desc: transport.Desc{Kind: transport.OpAllreduce, Count: 9, Param: 4}, Length: 1 << 30},
+		{Kind: wire.Rendezvous, Tag: transport.Tag{Seq: 2}, Length: 100, Slot: rndvSlots - 1, Gen: 1<<genBits - 1, Iovs: maxIovs},
+		{Kind: wire.FailOp, Tag: transport.Tag{Comm: 7, Seq: 8}, Length: wire.MaxReasonLen},
+		{Kind: wire.Goodbye},
 	} {
 		var b [hdrSize]byte
-		encodeHeader(b[:], &h)
+		wire.EncodeRingHeader(b[:], &h)
 		got, err := decodeHeader(b[:], 1<<34, rndvSlots)
 		if err != nil || got != h {
 			t.Errorf("decode(encode(%+v)) = %+v, %v", h, got, err)
@@ -26,18 +27,18 @@ func TestHeaderRoundTrip(t *testing.T) {
 
 // TestHeaderLimits: a header beyond its kind's bounds is a protocol error.
 func TestHeaderLimits(t *testing.T) {
-	for _, h := range []header{
-		{kind: frameData, length: 1001},
-		{kind: frameFailOp, length: maxReasonLen + 1},
-		{kind: frameData, length: 1, slot: 1},
-		{kind: frameRndv, length: 0, iovs: 1},
-		{kind: frameRndv, length: 10, iovs: 0},
-		{kind: frameRndv, length: 10, iovs: maxIovs + 1},
-		{kind: frameRndv, length: 10, iovs: 1, slot: rndvSlots},
-		{kind: 9},
+	for _, h := range []wire.Header{
+		{Kind: wire.Data, Length: 1001},
+		{Kind: wire.FailOp, Length: wire.MaxReasonLen + 1},
+		{Kind: wire.Data, Length: 1, Slot: 1},
+		{Kind: wire.Rendezvous, Length: 0, Iovs: 1},
+		{Kind: wire.Rendezvous, Length: 10, Iovs: 0},
+		{Kind: wire.Rendezvous, Length: 10, Iovs: maxIovs + 1},
+		{Kind: wire.Rendezvous, Length: 10, Iovs: 1, Slot: rndvSlots},
+		{Kind: 9},
 	} {
 		var b [hdrSize]byte
-		encodeHeader(b[:], &h)
+		wire.EncodeRingHeader(b[:], &h)
 		if _, err := decodeHeader(b[:], 1000, rndvSlots); !errors.Is(err, transport.ErrProtocol) {
 			t.Errorf("%+v: %v, want a protocol error", h, err)
 		}
@@ -48,9 +49,9 @@ func TestHeaderLimits(t *testing.T) {
 // to a header within its kind's bounds that encodes back to them.
 func FuzzDecodeHeader(f *testing.F) {
 	var b [hdrSize]byte
-	encodeHeader(b[:], &header{kind: frameRndv, length: 5000, iovs: 2, slot: 3, gen: 9})
+	wire.EncodeRingHeader(b[:], &wire.Header{Kind: wire.Rendezvous, Length: 5000, Iovs: 2, Slot: 3, Gen: 9})
 	f.Add(b[:])
-	encodeHeader(b[:], &header{kind: frameData, length: 10})
+	wire.EncodeRingHeader(b[:], &wire.Header{Kind: wire.Data, Length: 10})
 	f.Add(b[:])
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h, err := decodeHeader(in, 1<<20, rndvSlots)
@@ -60,11 +61,11 @@ func FuzzDecodeHeader(f *testing.F) {
 			}
 			return
 		}
-		if h.bodySize() > 1<<20 || h.kind == frameRndv && (h.iovs == 0 || h.slot >= rndvSlots) {
+		if bodySize(&h) > 1<<20 || h.Kind == wire.Rendezvous && (h.Iovs == 0 || h.Slot >= rndvSlots) {
 			t.Fatalf("accepted %+v", h)
 		}
 		var again [hdrSize]byte
-		encodeHeader(again[:], &h)
+		wire.EncodeRingHeader(again[:], &h)
 		if !bytes.Equal(again[:], in[:hdrSize]) {
 			t.Fatalf("%+v encodes to %x, input %x", h, again, in[:hdrSize])
 		}
@@ -82,7 +83,7 @@ func FuzzDecodeIovs(f *testing.F) {
 		if iovs > maxIovs {
 			return
 		}
-		h := header{kind: frameRndv, length: length, iovs: iovs}
+		h := wire.Header{Kind: wire.Rendezvous, Length: length, Iovs: uint16(iovs)}
 		bufs, err := decodeIovs(body, &h)
 		if err != nil {
 			if !errors.Is(err, transport.ErrProtocol) {

@@ -3,19 +3,17 @@ package shm
 import (
 	"encoding/binary"
 	"hash/fnv"
+
+	"github.com/sparcml/sparcml/internal/wire"
 )
 
 // After authentication each side of a connection sends a hello, with its
 // inbox's file descriptor attached (SCM_RIGHTS), so each checks it talks
-// to the rank, job and ring geometry it expects:
+// to the rank, job and ring geometry it expects: wire.Hello (rank, job
+// size and the flags, 1 = the sender uses no single copy,
+// Config.NoSingleCopy), then
 //
 //	offset size field
-//	     0    4 magic "SPSH"
-//	     4    1 protocol version
-//	     5    1 flags: 1 = the sender uses no single copy (Config.NoSingleCopy)
-//	     6    2 reserved, zero
-//	     8    4 sender's rank
-//	    12    4 job size
 //	    16    8 hash of the host's ranks (Config.Peers)
 //	    24    4 ring size
 //	    28    4 rendezvous slots per peer
@@ -28,10 +26,8 @@ import (
 // not: an errno, or one of the verdict codes below), so each knows whether
 // its large messages to the other may stay in its buffers to be read.
 const (
-	helloMagic   uint32 = 0x48535053 // "SPSH"
 	verdictMagic uint32 = 0x56535053 // "SPSV"
-	helloVersion        = 1
-	helloSize           = 80
+	helloSize           = wire.HelloSize + 64
 	verdictSize         = 8
 	probeSize           = 32
 
@@ -57,10 +53,7 @@ type hello struct {
 
 func encodeHello(b []byte, h *hello) {
 	_ = b[helloSize-1]
-	binary.LittleEndian.PutUint32(b[0:], helloMagic)
-	b[4], b[5], b[6], b[7] = helloVersion, h.flags, 0, 0
-	binary.LittleEndian.PutUint32(b[8:], h.rank)
-	binary.LittleEndian.PutUint32(b[12:], h.size)
+	wire.EncodeHello(b, wire.Hello{Flags: h.flags, Rank: h.rank, Size: h.size})
 	binary.LittleEndian.PutUint64(b[16:], h.peersHash)
 	binary.LittleEndian.PutUint32(b[24:], h.ringSize)
 	binary.LittleEndian.PutUint32(b[28:], h.slots)
@@ -69,25 +62,19 @@ func encodeHello(b []byte, h *hello) {
 	copy(b[48:], h.probe[:])
 }
 
-// decodeHello parses a hello and checks its magic, version and reserved
-// bytes; the caller compares the fields with its own.
+// decodeHello parses a hello and checks its magic, version, flags and
+// reserved bytes (wire.DecodeHello); the caller compares the fields with
+// its own.
 func decodeHello(b []byte) (hello, error) {
 	var h hello
 	if len(b) < helloSize {
-		return h, protocolErrorf("short hello (%d of %d bytes)", len(b), helloSize)
+		return h, wire.ProtocolErrorf("short hello (%d of %d bytes)", len(b), helloSize)
 	}
-	if m := binary.LittleEndian.Uint32(b[0:]); m != helloMagic {
-		return h, protocolErrorf("bad hello magic %#08x", m)
+	w, err := wire.DecodeHello(b, flagNoSingleCopy)
+	if err != nil {
+		return h, err
 	}
-	if b[4] != helloVersion {
-		return h, protocolErrorf("peer speaks shared-memory protocol version %d, this rank %d", b[4], helloVersion)
-	}
-	if b[5]&^flagNoSingleCopy != 0 || b[6] != 0 || b[7] != 0 {
-		return h, protocolErrorf("unknown hello flags %#x or reserved bytes set", b[5:8])
-	}
-	h.flags = b[5]
-	h.rank = binary.LittleEndian.Uint32(b[8:])
-	h.size = binary.LittleEndian.Uint32(b[12:])
+	h.flags, h.rank, h.size = w.Flags, w.Rank, w.Size
 	h.peersHash = binary.LittleEndian.Uint64(b[16:])
 	h.ringSize = binary.LittleEndian.Uint32(b[24:])
 	h.slots = binary.LittleEndian.Uint32(b[28:])
@@ -104,7 +91,7 @@ func encodeVerdict(b []byte, v uint32) {
 
 func decodeVerdict(b []byte) (uint32, error) {
 	if len(b) < verdictSize || binary.LittleEndian.Uint32(b[0:]) != verdictMagic {
-		return 0, protocolErrorf("bad single-copy verdict %x", b)
+		return 0, wire.ProtocolErrorf("bad single-copy verdict %x", b)
 	}
 	return binary.LittleEndian.Uint32(b[4:]), nil
 }

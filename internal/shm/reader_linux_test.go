@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -14,7 +15,7 @@ import (
 func fakeReader(ring []byte) (*Transport, *peer) {
 	cfg, _ := Config{Rank: 0, Size: 2, Token: testToken, Peers: []int{0}, UnexpectedLimit: 1 << 16, MaxMessage: 1 << 20}.withDefaults()
 	t := &Transport{cfg: cfg, rank: 0, size: 2, m: transport.NewMatcher(0, cfg.UnexpectedLimit), peers: make([]*peer, 2),
-		failed: make(chan struct{}), parked: map[mkey]*rndvRecv{}, parkedOps: map[opKey][]mkey{}}
+		parked: map[mkey]*rndvRecv{}, parkedOps: map[opKey][]mkey{}}
 	mem := make([]byte, inboxSize(1, len(ring)))
 	off := regionOffset(0, len(ring))
 	copy(mem[off+pageSize:], ring)
@@ -31,18 +32,18 @@ func fakeReader(ring []byte) (*Transport, *peer) {
 // posted for a few tags: it must neither panic nor read beyond what was
 // written, and it either reads frames or fails with a protocol error.
 func FuzzRingReader(f *testing.F) {
-	frame := func(h header, body []byte) []byte {
+	frame := func(h wire.Header, body []byte) []byte {
 		b := make([]byte, hdrSize+padded(uint64(len(body))))
-		encodeHeader(b, &h)
+		wire.EncodeRingHeader(b, &h)
 		copy(b[hdrSize:], body)
 		return b
 	}
 	iov := make([]byte, iovSize)
 	encodeIovs(iov, []remoteBuf{{0x1000, 500}})
-	seed := append(frame(header{kind: frameData, tag: transport.Tag{Seq: 1}, length: 5}, []byte("hello")),
-		frame(header{kind: frameRndv, tag: transport.Tag{Seq: 2}, length: 500, iovs: 1, slot: 2, gen: 1}, iov)...)
-	seed = append(seed, frame(header{kind: frameFailOp, tag: transport.Tag{Seq: 3}, length: 2}, []byte("no"))...)
-	seed = append(seed, frame(header{kind: frameGoodbye}, nil)...)
+	seed := append(frame(wire.Header{Kind: wire.Data, Tag: transport.Tag{Seq: 1}, Length: 5}, []byte("hello")),
+		frame(wire.Header{Kind: wire.Rendezvous, Tag: transport.Tag{Seq: 2}, Length: 500, Iovs: 1, Slot: 2, Gen: 1}, iov)...)
+	seed = append(seed, frame(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Seq: 3}, Length: 2}, []byte("no"))...)
+	seed = append(seed, frame(wire.Header{Kind: wire.Goodbye}, nil)...)
 	f.Add(seed)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		size := minRingSize

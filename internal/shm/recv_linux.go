@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -15,14 +16,14 @@ import (
 // is in, where its payload goes, how much of it has come.
 type reader struct {
 	inFrame   bool
-	hdr       header
+	hdr       wire.Header
 	claimed   bool
 	claim     transport.Claimed
 	got       uint64
 	held      bool   // the claim found no unexpected budget
 	heldEpoch uint64 // matchEpoch when it did; retried once it changes
 	bye       bool   // the goodbye was read: nothing may follow
-	body      [max(maxIovs*iovSize, maxReasonLen)]byte
+	body      [max(maxIovs*iovSize, wire.MaxReasonLen)]byte
 }
 
 // readRing handles what the peer has put in its ring, frame by frame,
@@ -33,7 +34,7 @@ func (t *Transport) readRing(p *peer, pulls *[]*pullJob) (worked bool, err error
 	in, rd := &p.in, &p.rd
 	avail, ok := in.waiting()
 	if !ok {
-		return false, protocolErrorf("rank %d's ring head is %d bytes ahead of this rank's reading, beyond the ring's %d", p.rank, avail, in.size)
+		return false, wire.ProtocolErrorf("rank %d's ring head is %d bytes ahead of this rank's reading, beyond the ring's %d", p.rank, avail, in.size)
 	}
 	defer func() {
 		if in.release() {
@@ -50,7 +51,7 @@ func (t *Transport) readRing(p *peer, pulls *[]*pullJob) (worked bool, err error
 				return worked, err
 			}
 			if rd.bye {
-				return worked, protocolErrorf("%v frame after goodbye", h.kind)
+				return worked, wire.ProtocolErrorf("%v frame after goodbye", h.Kind)
 			}
 			in.skip(hdrSize)
 			avail -= hdrSize
@@ -58,14 +59,14 @@ func (t *Transport) readRing(p *peer, pulls *[]*pullJob) (worked bool, err error
 			rd.inFrame, rd.hdr, rd.claimed, rd.got = true, h, false, 0
 		}
 		h := &rd.hdr
-		if h.kind == frameData {
+		if h.Kind == wire.Data {
 			done, moved := t.readData(p, &avail)
 			worked = worked || moved
 			if !done {
 				return worked, nil
 			}
 		} else {
-			body := h.bodySize()
+			body := bodySize(h)
 			if avail < padded(body) {
 				return worked, nil
 			}
@@ -92,7 +93,7 @@ func (t *Transport) readData(p *peer, avail *uint64) (done, moved bool) {
 		if rd.held && rd.heldEpoch == epoch {
 			return false, false
 		}
-		c, err := t.m.TryClaim(p.rank, h.tag, h.desc, int(h.length))
+		c, err := t.m.TryClaim(p.rank, h.Tag, h.Desc, int(h.Length))
 		if errors.Is(err, transport.ErrNoBudget) {
 			if !rd.held {
 				rd.held = true
@@ -110,7 +111,7 @@ func (t *Transport) readData(p *peer, avail *uint64) (done, moved bool) {
 		}
 		rd.claim, rd.claimed, moved = c, true, true
 	}
-	if k := min(*avail, h.length-rd.got); k > 0 {
+	if k := min(*avail, h.Length-rd.got); k > 0 {
 		if dst := rd.claim.Dst(); dst != nil {
 			in.get(dst[rd.got : rd.got+k])
 		} else {
@@ -120,8 +121,8 @@ func (t *Transport) readData(p *peer, avail *uint64) (done, moved bool) {
 		*avail -= k
 		moved = true
 	}
-	pad := padded(h.length) - h.length
-	if rd.got < h.length && p.writerGone.Load() {
+	pad := padded(h.Length) - h.Length
+	if rd.got < h.Length && p.writerGone.Load() {
 		if n, _ := in.waiting(); n == 0 {
 			// The peer closed in the middle of the message.
 			rd.claim.Fail(t.goneError(p))
@@ -129,29 +130,29 @@ func (t *Transport) readData(p *peer, avail *uint64) (done, moved bool) {
 			return false, moved
 		}
 	}
-	if rd.got < h.length || *avail < pad {
+	if rd.got < h.Length || *avail < pad {
 		return false, moved
 	}
 	in.skip(pad)
 	*avail -= pad
 	rd.claim.Finish()
-	t.recvd.Add(h.length)
+	t.recvd.Add(h.Length)
 	t.msgsRecvd.Add(1)
 	return true, true
 }
 
 // handleControl acts on a frame whose body has been read.
-func (t *Transport) handleControl(p *peer, h *header, body []byte, pulls *[]*pullJob) error {
-	switch h.kind {
-	case frameRndv:
+func (t *Transport) handleControl(p *peer, h *wire.Header, body []byte, pulls *[]*pullJob) error {
+	switch h.Kind {
+	case wire.Rendezvous:
 		bufs, err := decodeIovs(body, h)
 		if err != nil {
 			return err
 		}
 		t.announce(&rndvRecv{p: p, hdr: *h, bufs: bufs}, pulls)
-	case frameFailOp:
-		t.failOp(h.tag.Comm, h.tag.Seq, &transport.RemoteFailure{Peer: p.rank, Reason: string(body)})
-	case frameGoodbye:
+	case wire.FailOp:
+		t.failOp(h.Tag.Comm, h.Tag.Seq, &transport.RemoteFailure{Peer: p.rank, Reason: string(body)})
+	case wire.Goodbye:
 		p.rd.bye = true
 		p.byeReceived.Store(true)
 		suffix := ""
@@ -167,11 +168,11 @@ func (t *Transport) handleControl(p *peer, h *header, body []byte, pulls *[]*pul
 // slot and buffers.
 type rndvRecv struct {
 	p    *peer
-	hdr  header
+	hdr  wire.Header
 	bufs []remoteBuf
 }
 
-func (rr *rndvRecv) slotWord() *uint32 { return word32(rr.p.theirSlots, 4*int(rr.hdr.slot)) }
+func (rr *rndvRecv) slotWord() *uint32 { return word32(rr.p.theirSlots, 4*int(rr.hdr.Slot)) }
 
 // drop tells the sender its message was dropped (a failed operation, a
 // mismatch), so that its send completes. A withdrawn offer stays so.
@@ -181,7 +182,7 @@ func (rr *rndvRecv) drop() {
 		return
 	}
 	defer t.exitMapped()
-	g := rr.hdr.gen
+	g := rr.hdr.Gen
 	if atomic.CompareAndSwapUint32(rr.slotWord(), slotWord(g, slotOffered), slotWord(g, slotDone)) {
 		ring(rr.p.remoteSeq, rr.p.remoteAwake)
 	}
@@ -199,15 +200,15 @@ type pullJob struct {
 func (t *Transport) announce(rr *rndvRecv, pulls *[]*pullJob) {
 	h := &rr.hdr
 	t.mu.Lock()
-	c, ok, err := t.m.ClaimPosted(rr.p.rank, h.tag, h.desc, int(h.length))
+	c, ok, err := t.m.ClaimPosted(rr.p.rank, h.Tag, h.Desc, int(h.Length))
 	if err != nil {
 		t.mu.Unlock()
 		return // the transport failed
 	}
 	if !ok {
-		k := mkey{rr.p.rank, h.tag}
+		k := mkey{rr.p.rank, h.Tag}
 		t.parked[k] = rr
-		op := opKey{h.tag.Comm, h.tag.Seq}
+		op := opKey{h.Tag.Comm, h.Tag.Seq}
 		t.parkedOps[op] = append(t.parkedOps[op], k)
 		t.mu.Unlock()
 		return
@@ -230,7 +231,7 @@ func (t *Transport) matchParkedLocked(k mkey) (pull bool, drops []*rndvRecv) {
 	op := opKey{k.tag.Comm, k.tag.Seq}
 	if rr, ok := t.parked[k]; ok {
 		t.unparkLocked(k)
-		c, ok, err := t.m.ClaimPosted(k.peer, k.tag, rr.hdr.desc, int(rr.hdr.length))
+		c, ok, err := t.m.ClaimPosted(k.peer, k.tag, rr.hdr.Desc, int(rr.hdr.Length))
 		switch {
 		case err != nil || !ok:
 		case c.Dst() == nil:
@@ -242,7 +243,7 @@ func (t *Transport) matchParkedLocked(k mkey) (pull bool, drops []*rndvRecv) {
 		}
 	}
 	for _, pk := range t.parkedOps[op] {
-		if rr := t.parked[pk]; rr != nil && t.m.CheckKind(pk.peer, pk.tag, rr.hdr.desc) {
+		if rr := t.parked[pk]; rr != nil && t.m.CheckKind(pk.peer, pk.tag, rr.hdr.Desc) {
 			t.unparkLocked(pk)
 			drops = append(drops, rr)
 		}
@@ -276,7 +277,7 @@ func (t *Transport) pull(j *pullJob) {
 	if !t.enterFill() {
 		return // the transport fails: the matcher fails the claimed receive
 	}
-	g := rr.hdr.gen
+	g := rr.hdr.Gen
 	w := rr.slotWord()
 	if !atomic.CompareAndSwapUint32(w, slotWord(g, slotOffered), slotWord(g, slotPulling)) {
 		t.exitFill()
@@ -294,7 +295,7 @@ func (t *Transport) pull(j *pullJob) {
 		return
 	}
 	j.c.Finish()
-	t.recvd.Add(rr.hdr.length)
+	t.recvd.Add(rr.hdr.Length)
 	t.msgsRecvd.Add(1)
 }
 
@@ -303,7 +304,7 @@ func (t *Transport) pull(j *pullJob) {
 // kernel refuses reads it allowed when the transport was set up.
 func (t *Transport) pullError(p *peer, rr *rndvRecv, err error) error {
 	what := fmt.Errorf("shm: reading a %d-byte message (%v) from rank %d's memory (pid %d): %w",
-		rr.hdr.length, rr.hdr.tag, p.rank, p.pid, err)
+		rr.hdr.Length, rr.hdr.Tag, p.rank, p.pid, err)
 	kind := transport.ErrProtocol
 	if errors.Is(err, syscall.ESRCH) {
 		kind = transport.ErrPeerLost

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -14,7 +15,7 @@ import (
 // others: at once by Send when the ring has room and nothing waits before
 // it, otherwise, as the peer makes room, by whoever polls.
 type outItem struct {
-	h    header
+	h    wire.Header
 	bufs [][]byte           // the body: payload, or reason text
 	req  *transport.Request // data: completes once written; rendezvous: once read
 	hdr  [hdrSize]byte
@@ -66,8 +67,8 @@ func (p *peer) peerClosing() bool {
 
 // written finishes a frame that is entirely in the ring.
 func (p *peer) written(it *outItem) {
-	if it.h.kind == frameData {
-		p.t.sent.Add(it.h.length)
+	if it.h.Kind == wire.Data {
+		p.t.sent.Add(it.h.Length)
 		p.t.msgsSent.Add(1)
 		it.req.Complete(nil, nil)
 	}
@@ -84,7 +85,7 @@ func (p *peer) drainLocked() bool {
 	for len(p.queue) > 0 {
 		it := p.queue[0]
 		if !p.putLocked(it) {
-			if it.h.kind == frameRndv && !it.started && p.out.room() >= hdrSize {
+			if it.h.Kind == wire.Rendezvous && !it.started && p.out.room() >= hdrSize {
 				break // no free slot: a finished single-copy send will wake this rank
 			}
 			// Room ran out: ask to be woken when the reader frees some,
@@ -123,14 +124,14 @@ func (p *peer) putLocked(it *outItem) bool {
 		if p.out.room() < hdrSize {
 			return false
 		}
-		if it.h.kind == frameRndv && !p.offerLocked(it) {
+		if it.h.Kind == wire.Rendezvous && !p.offerLocked(it) {
 			return false
 		}
-		encodeHeader(it.hdr[:], &it.h)
+		wire.EncodeRingHeader(it.hdr[:], &it.h)
 		it.started = true
 	}
 	r := &p.out
-	body := it.h.bodySize()
+	body := bodySize(&it.h)
 	total := hdrSize + padded(body)
 	for it.off < total {
 		room := r.room()
@@ -196,12 +197,12 @@ func (p *peer) offerLocked(it *outItem) bool {
 	}
 	gen := (p.gens[slot] + 1) & (1<<genBits - 1)
 	p.gens[slot] = gen
-	p.slots[slot] = &rndvSend{req: it.req, n: it.h.length, bufs: it.bufs}
+	p.slots[slot] = &rndvSend{req: it.req, n: it.h.Length, bufs: it.bufs}
 	p.inFlight.Add(1)
 	atomic.StoreUint32(p.mySlot(slot), slotWord(gen, slotOffered))
 	body := make([]byte, len(list)*iovSize)
 	encodeIovs(body, list)
-	it.h.slot, it.h.gen, it.h.iovs = uint32(slot), gen, uint32(len(list))
+	it.h.Slot, it.h.Gen, it.h.Iovs = uint32(slot), gen, uint16(len(list))
 	it.bufs = [][]byte{body}
 	return true
 }
@@ -253,7 +254,7 @@ func (p *peer) serviceSends() bool {
 // the pending ones: queued frames fail, a frame cut short marks the ring
 // as unusable for a goodbye, and offered single-copy sends are withdrawn
 // (they fail) unless the peer is reading them, in which case they complete
-// once it has (waiting for at most closeTimeout; not for a peer that is
+// once it has (waiting for at most wire.CloseTimeout; not for a peer that is
 // gone, which reads nothing more).
 func (p *peer) failSends(err error, peerGone bool) {
 	p.sendMu.Lock()
@@ -271,7 +272,7 @@ func (p *peer) failQueueLocked(err error) {
 		if it.started {
 			p.outCut = true // the frame is half in the ring
 		}
-		if it.req == nil || it.h.kind == frameRndv && it.started {
+		if it.req == nil || it.h.Kind == wire.Rendezvous && it.started {
 			continue // a control frame; or its slot holds it (withdrawLocked)
 		}
 		it.req.Complete(nil, err)
@@ -281,7 +282,7 @@ func (p *peer) failQueueLocked(err error) {
 }
 
 func (p *peer) withdrawLocked(err error, peerGone bool) {
-	deadline := time.Now().Add(closeTimeout)
+	deadline := time.Now().Add(wire.CloseTimeout)
 	for i, s := range p.slots {
 		if s == nil {
 			continue

@@ -21,7 +21,7 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 	return nil, ErrUnavailable
 }
 
-// The methods implement transport.Transport and transport.LocalFailer;
+// The methods implement transport.Transport;
 // on this system no Transport is ever connected, and every request fails
 // with ErrUnavailable.
 
@@ -59,17 +59,19 @@ func (t *Transport) Stats() transport.Stats { return transport.Stats{} }
 // Close implements transport.Transport.
 func (t *Transport) Close() error { return nil }
 
-// FailLocal implements transport.LocalFailer.
+// Caps implements transport.Transport.
+func (t *Transport) Caps() transport.Capabilities {
+	return transport.Capabilities{Failed: closedChan, FailLocal: t.FailLocal}
+}
+
+// FailLocal (transport.Capabilities.FailLocal) does nothing.
 func (t *Transport) FailLocal(err error) {}
 
-// Failed implements transport.LocalFailer.
+// Failed is closed: no Transport is ever connected.
 func (t *Transport) Failed() <-chan struct{} { return closedChan }
 
 func onlineCPUs() int { return runtime.NumCPU() }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-var (
-	_ transport.Transport   = (*Transport)(nil)
-	_ transport.LocalFailer = (*Transport)(nil)
-)
+var _ transport.Transport = (*Transport)(nil)

@@ -9,19 +9,14 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
-// closeTimeout bounds how long Close waits for a peer to make room for
-// the end of a message and the goodbye, and for a peer's reads of this
-// rank's buffers that are under way.
-const closeTimeout = 2 * time.Second
-
 // Transport is one rank's shared-memory transport to the other ranks of
 // its host. It implements transport.Transport (for the ranks of
-// Config.Peers) and transport.LocalFailer.
+// Config.Peers).
 type Transport struct {
 	cfg   Config
 	rank  int
@@ -47,9 +42,10 @@ type Transport struct {
 
 	sent, recvd, msgsSent, msgsRecvd atomic.Uint64
 
+	sticky wire.Sticky
+	caps   transport.Capabilities // Caps, made once (see transport.Capabilities)
+
 	mu        sync.Mutex
-	err       error
-	failed    chan struct{} // closed when err is set
 	parked    map[mkey]*rndvRecv
 	parkedOps map[opKey][]mkey
 	pulls     []*pullJob // single-copy reads due, found by Recv
@@ -74,10 +70,7 @@ type opKey struct {
 	seq  uint64
 }
 
-var (
-	_ transport.Transport   = (*Transport)(nil)
-	_ transport.LocalFailer = (*Transport)(nil)
-)
+var _ transport.Transport = (*Transport)(nil)
 
 // New sets up this rank's shared-memory transport: it creates its inbox,
 // connects to every other rank of cfg.Peers over abstract unix sockets
@@ -97,12 +90,12 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 		size:         cfg.Size,
 		m:            transport.NewMatcher(cfg.Rank, cfg.UnexpectedLimit),
 		peers:        make([]*peer, cfg.Size),
-		failed:       make(chan struct{}),
 		parked:       make(map[mkey]*rndvRecv),
 		parkedOps:    make(map[opKey][]mkey),
 		progressDone: make(chan struct{}),
 	}
 	t.waitF = t.waitFor
+	t.caps = transport.Capabilities{SegmentBytes: segmentBytes, Failed: t.sticky.Failed(), FailLocal: t.FailLocal}
 	if err := t.setup(ctx); err != nil {
 		t.release()
 		return nil, err
@@ -118,13 +111,17 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 // Name implements transport.Transport.
 func (t *Transport) Name() string { return "shm" }
 
-// SegmentBytes implements transport.SegmentSizer. Each message costs the
-// shared rings a hand-off and the receiver a process_vm_readv; segments
+// Caps implements transport.Transport: shared memory can be watched and
+// failed on this rank alone, and has a segment size of its own. A lost
+// peer is sticky (no Survive), and an operation fails on every rank (no
+// FailOpLocal).
+//
+// The segment size: each message costs the shared rings a hand-off and the receiver a process_vm_readv; segments
 // larger than the collectives' default pay those less often, and the
 // copies, not the wire, are what the pipeline overlaps here. 4 MiB was
 // the fastest of 0.5-4 MiB for 16M float32 at P = 4 and 8 (sparcml bench
 // --transport shm, alternated; docs/PERFORMANCE.md, "Shared memory").
-func (t *Transport) SegmentBytes() int { return segmentBytes }
+func (t *Transport) Caps() transport.Capabilities { return t.caps }
 
 const segmentBytes = 4 << 20
 
@@ -180,9 +177,9 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	}
 	req := transport.NewRequest(peer, tag, true)
 	req.SetWaiter(t.waitF)
-	it := &outItem{h: header{kind: frameData, tag: tag, desc: desc, length: n}, bufs: bufs, req: req}
+	it := &outItem{h: wire.Header{Kind: wire.Data, Tag: tag, Desc: desc, Length: n}, bufs: bufs, req: req}
 	if p.pullsFromMe && n > uint64(t.cfg.SingleCopyLimit) && len(bufs) <= maxIovs {
-		it.h.kind = frameRndv
+		it.h.Kind = wire.Rendezvous
 	}
 	p.send(it)
 	return req
@@ -224,11 +221,11 @@ func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
 	}
 	t.failOp(comm, seq, err)
 	reason := err.Error()
-	if len(reason) > maxReasonLen {
-		reason = reason[:maxReasonLen]
+	if len(reason) > wire.MaxReasonLen {
+		reason = reason[:wire.MaxReasonLen]
 	}
 	for _, p := range t.local {
-		p.send(&outItem{h: header{kind: frameFailOp, tag: transport.Tag{Comm: comm, Seq: seq}, length: uint64(len(reason))},
+		p.send(&outItem{h: wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: comm, Seq: seq}, Length: uint64(len(reason))},
 			bufs: [][]byte{[]byte(reason)}})
 	}
 }
@@ -271,33 +268,18 @@ func (t *Transport) Abort(err error) {
 	t.hangUp(fmt.Sprintf("rank %d aborted: %v", t.rank, err))
 }
 
-// FailLocal implements transport.LocalFailer: everything pending and later
+// FailLocal (transport.Capabilities.FailLocal): everything pending and later
 // on this rank fails with err, as when a peer is lost, and no peer is told
 // (they learn of the loss behind err themselves; this rank's goodbye at
 // Close carries it).
 func (t *Transport) FailLocal(err error) { t.fail(err, nil) }
 
-// Failed implements transport.LocalFailer.
-func (t *Transport) Failed() <-chan struct{} { return t.failed }
+// Failed is closed once the transport has failed
+// (transport.Capabilities.Failed).
+func (t *Transport) Failed() <-chan struct{} { return t.sticky.Failed() }
 
 // Err implements transport.Transport.
-func (t *Transport) Err() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.err
-}
-
-// setErr records the sticky error and reports whether it was the first.
-func (t *Transport) setErr(err error) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
-		return false
-	}
-	t.err = err
-	close(t.failed)
-	return true
-}
+func (t *Transport) Err() error { return t.sticky.Err() }
 
 // Stats implements transport.Transport.
 func (t *Transport) Stats() transport.Stats {

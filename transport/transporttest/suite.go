@@ -21,7 +21,11 @@
 // what it sent before closing is delivered); Abort (everything pending
 // and later fails, the peers see this rank lost, named); Close of this
 // rank; descriptor mismatches (the receiver names both sides, and with
-// FailOp so does the sender), the per-operation kind check among them.
+// FailOp so does the sender), the per-operation kind check among them;
+// and the capabilities the transport reports (transport.Capabilities):
+// alike on every rank, and each one doing what it says (a Failed channel
+// that closes on failure, FailLocal and FailOpLocal that tell no peer,
+// Survive that keeps the survivors going).
 //
 // Every case runs under a deadline: a hang fails the case with every
 // goroutine's stack instead of blocking the test binary.
@@ -93,6 +97,11 @@ func (s Suite) Run(t *testing.T) {
 	s.run(t, "Abort", 3, caseAbort)
 	s.run(t, "Close", 2, caseClose)
 	s.run(t, "Mismatch", 2, caseMismatch)
+	s.run(t, "Caps", 2, caseCaps)
+	s.run(t, "CapsFailed", 3, caseFailed)
+	s.run(t, "CapsFailLocal", 3, caseFailLocal)
+	s.run(t, "CapsFailOpLocal", 2, caseFailOpLocal)
+	s.run(t, "CapsSurvive", 4, caseSurvive)
 }
 
 // Case is one case in progress: its transports, its context (ended by
