@@ -27,11 +27,12 @@ import (
 // it without being misread by this one.
 const (
 	frameMagic      uint32 = 0x46435053 // "SPCF" in little-endian byte order
-	protocolVersion uint8  = 2
+	protocolVersion uint8  = 3
 	headerSize             = 56
 
-	// maxReasonLen bounds the reason text of a fail-op frame.
-	maxReasonLen = 1024
+	// maxReasonLen bounds the payload of a fail-op frame (a failure,
+	// transport.AppendFailure) and of a goodbye (its text).
+	maxReasonLen = transport.MaxFailureLen
 )
 
 // frameKind says what a frame carries.
@@ -39,7 +40,7 @@ type frameKind uint8
 
 const (
 	frameData    frameKind = 1 // one message, payload = the message
-	frameFailOp  frameKind = 2 // fail operation (comm, seq), payload = reason text
+	frameFailOp  frameKind = 2 // fail operation (comm, seq), payload = its failure (transport.AppendFailure)
 	frameGoodbye frameKind = 3 // the sender is closing; payload = why, if it failed first (may be empty)
 )
 

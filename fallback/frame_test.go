@@ -98,6 +98,9 @@ func FuzzDecodeHeader(f *testing.F) {
 	})
 }
 
+// whyFailure is the payload of a fail-op frame of rank 1 of 2.
+var whyFailure = transport.AppendFailure(nil, &transport.RemoteFailure{Peer: 1, Code: transport.CodeInvalid, Reason: "why"})
+
 type openGate struct{}
 
 func (openGate) enterFill() bool { return true }
@@ -111,7 +114,7 @@ func FuzzFrameReader(f *testing.F) {
 	data := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 1}, desc: testDesc}
 	f.Add(frameBytes(data, []byte("hello")))
 	f.Add(append(frameBytes(data, []byte("a")), frameBytes(data, []byte("b"))...))
-	f.Add(append(frameBytes(header{kind: frameFailOp, tag: transport.Tag{Comm: 1, Seq: 1}}, []byte("why")),
+	f.Add(append(frameBytes(header{kind: frameFailOp, tag: transport.Tag{Comm: 1, Seq: 1}}, whyFailure),
 		frameBytes(data, []byte("late"))...))
 	f.Add(append(frameBytes(header{kind: frameGoodbye}, nil), frameBytes(data, nil)...))
 	f.Add(frameBytes(data, make([]byte, 3000))[:100])
@@ -138,6 +141,7 @@ func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter bool
 	posted := m.Post(1, postedTag, testDesc, make([]byte, size))
 	fr := &frameReader{
 		peer:       1,
+		size:       2,
 		r:          r,
 		m:          m,
 		maxMessage: maxMessage,

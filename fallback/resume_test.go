@@ -55,7 +55,7 @@ func readStream(stream []byte, scatter bool, rng *rand.Rand) readOutcome {
 	postedTag := transport.Tag{Comm: 1, Seq: 2}
 	posted := m.Post(1, postedTag, testDesc, make([]byte, size))
 	var out readOutcome
-	fr := &frameReader{peer: 1, r: r, m: m, maxMessage: 1 << 16, gate: openGate{},
+	fr := &frameReader{peer: 1, size: 2, r: r, m: m, maxMessage: 1 << 16, gate: openGate{},
 		onData: func(n int) { out.msgs++; out.bytes += n }}
 	var err error
 	for i := 0; ; i++ {
@@ -81,7 +81,7 @@ func FuzzFrameReaderResume(f *testing.F) {
 	other := header{kind: frameData, tag: transport.Tag{Comm: 1, Seq: 3}, desc: testDesc}
 	f.Add(frameBytes(data, []byte("hello")), uint64(1))
 	f.Add(append(frameBytes(other, make([]byte, 300)), frameBytes(data, []byte("b"))...), uint64(2))
-	f.Add(append(frameBytes(header{kind: frameFailOp, tag: transport.Tag{Comm: 1, Seq: 9}}, []byte("why")),
+	f.Add(append(frameBytes(header{kind: frameFailOp, tag: transport.Tag{Comm: 1, Seq: 9}}, whyFailure),
 		frameBytes(data, []byte("late"))...), uint64(3))
 	f.Add(append(frameBytes(header{kind: frameGoodbye}, []byte("bye")), frameBytes(data, nil)...), uint64(4))
 	f.Add(frameBytes(data, make([]byte, 150))[:100], uint64(5))

@@ -203,13 +203,16 @@ func TestMalformedFrames(t *testing.T) {
 	longReason := frameBytes(header{kind: frameFailOp}, nil)
 	binary.LittleEndian.PutUint64(longReason[headerSize-8:], maxReasonLen+1)
 	cases := map[string][]byte{
-		"bad magic":          corrupt(0, 'X'),
-		"wrong version":      corrupt(4, protocolVersion+1),
-		"unknown kind":       corrupt(5, 77),
-		"reserved bits":      corrupt(6, 1),
-		"oversized":          oversized,
-		"long fail-op":       longReason,
-		"long goodbye":       frameBytes(header{kind: frameGoodbye}, make([]byte, maxReasonLen+1)),
+		"bad magic":     corrupt(0, 'X'),
+		"wrong version": corrupt(4, protocolVersion+1),
+		"unknown kind":  corrupt(5, 77),
+		"reserved bits": corrupt(6, 1),
+		"oversized":     oversized,
+		"long fail-op":  longReason,
+		"long goodbye":  frameBytes(header{kind: frameGoodbye}, make([]byte, maxReasonLen+1)),
+		"short failure": frameBytes(header{kind: frameFailOp}, []byte("why")),
+		"failure of rank 9": frameBytes(header{kind: frameFailOp},
+			transport.AppendFailure(nil, &transport.RemoteFailure{Peer: 9, Code: transport.CodeMismatch, Reason: "why"})),
 		"data after goodbye": append(frameBytes(header{kind: frameGoodbye}, nil), frameBytes(data, nil)...),
 		"duplicate tag":      append(frameBytes(data, []byte("a")), frameBytes(data, []byte("b"))...),
 	}

@@ -21,7 +21,7 @@ import (
 //	    16    8 operation sequence number
 //	    24   24 transport.Desc (transport.EncodeDesc)
 //	    48    8 data, rendezvous: the message's payload size;
-//	            fail-op, goodbye: the reason's size
+//	            fail-op: its failure's size; goodbye: the reason's size
 //	    56    4 rendezvous: the slot's generation
 //	    60    4 rendezvous: the number of the sender's buffers
 //
@@ -29,15 +29,16 @@ import (
 // than the ring streams through it, the reader copying out what the writer
 // has put in. A rendezvous frame's body is the list of the sender's
 // buffers, (address, length) pairs of 8 bytes each, from which the
-// receiver copies the payload itself (process_vm_readv). A fail-op or
-// goodbye frame's body is the reason text.
+// receiver copies the payload itself (process_vm_readv). A fail-op
+// frame's body is its failure (transport.AppendFailure), a goodbye
+// frame's the reason text.
 const (
 	hdrSize      = 64
-	frameVersion = 1
+	frameVersion = 2
 	frameMagic   = 0x4853 // "SH" in little-endian byte order
 
-	maxReasonLen = 1024
-	maxIovs      = 64 // sender's buffers of one rendezvous; more go as data
+	maxReasonLen = transport.MaxFailureLen // of a fail-op or goodbye body
+	maxIovs      = 64                      // sender's buffers of one rendezvous; more go as data
 	iovSize      = 16
 )
 

@@ -150,7 +150,11 @@ func (t *Transport) handleControl(p *peer, h *header, body []byte, pulls *[]*pul
 		}
 		t.announce(&rndvRecv{p: p, hdr: *h, bufs: bufs}, pulls)
 	case frameFailOp:
-		t.failOp(h.tag.Comm, h.tag.Seq, &transport.RemoteFailure{Peer: p.rank, Reason: string(body)})
+		f, err := transport.DecodeFailure(body, t.size)
+		if err != nil {
+			return fmt.Errorf("fail-op frame: %w", err)
+		}
+		t.failOp(h.tag.Comm, h.tag.Seq, f)
 	case frameGoodbye:
 		p.rd.bye = true
 		p.byeReceived.Store(true)
