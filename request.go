@@ -219,7 +219,7 @@ func (c *Comm) untrack(seq uint64, err error) {
 	c.inflightMu.Unlock()
 	for _, s := range others {
 		c.t.FailOp(c.id, s, fmt.Errorf("%w: abandoned: operation %d mismatched across ranks, so operations were started in a different order on some ranks: %v",
-			ErrMismatch, seq, err))
+			ErrMismatch, seq, closeCause(err)))
 	}
 }
 
