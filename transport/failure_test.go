@@ -33,6 +33,20 @@ func TestFailureRoundTrip(t *testing.T) {
 	}
 }
 
+// The codes are wire values: a renumbering would misclassify a peer's
+// failure, so each is pinned here with its name.
+func TestCodeValuesAreStable(t *testing.T) {
+	want := []string{"unknown", "invalid", "mismatch", "peer-lost", "timeout", "aborted", "closed", "canceled", "protocol", "revoked"}
+	for v, name := range want {
+		if got := Code(v).String(); got != name {
+			t.Errorf("code %d is %q, want %q", v, got, name)
+		}
+	}
+	if Code(len(want)).Known() || !Code(len(want)-1).Known() {
+		t.Errorf("this build knows codes up to %d, want %d", numCodes-1, len(want)-1)
+	}
+}
+
 func TestCodeOf(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
