@@ -53,17 +53,18 @@ type server struct {
 	quit       chan struct{}   // closed by stop
 	wg         sync.WaitGroup
 
-	mu        sync.Mutex
-	stopping  bool
-	values    map[string][]byte
-	waiting   map[string][]waiter // key -> Gets waiting for it
-	open      map[net.Conn]struct{}
-	ranks     []*serverConn // the connection of each rank, nil if none
-	state     []rankState
-	changed   chan struct{}         // closed and replaced whenever state changes
-	fault     string                // why the launch failed; "" while it has not
-	faultCode transport.Code        // and its code
-	progress  map[int]progressEntry // each rank's latest progress record
+	mu       sync.Mutex
+	stopping bool
+	values   map[string][]byte
+	waiting  map[string][]waiter // key -> Gets waiting for it
+	open     map[net.Conn]struct{}
+	ranks    []*serverConn // the connection of each rank, nil if none
+	state    []rankState
+	changed  chan struct{}         // closed and replaced whenever state changes
+	fault    string                // why the launch failed; "" while it has not
+	progress map[int]progressEntry // each rank's latest progress record
+
+	faultCode transport.Code // the code of fault
 }
 
 // waiter is one Get waiting for its key.
