@@ -204,6 +204,8 @@ test-bindings: build lib deps-python
 	PYTHONPATH=python $(BINDINGS_ENV) $(BIN) run -n 3 --timeout 5m -- $(PYTHON) python/tests/test_sparcml.py
 	@echo "== Python: the gradient compressor against every rank's top-k with error feedback replayed, 3 ranks =="
 	PYTHONPATH=python $(BINDINGS_ENV) $(BIN) run -n 3 --timeout 5m -- $(PYTHON) python/tests/test_compressor.py
+	@echo "== Python: one exception class per status of the C ABI =="
+	$(PYTHON) python/tests/test_errors.py
 	@echo "== Python: finding the library (SPARCML_LIBRARY, source tree, installed tree) =="
 	$(PYTHON) python/tests/test_loading.py $(BIN) build/stage
 	@echo "== Python: a rank dying of an exception fails the others at once =="

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -211,6 +212,12 @@ func TestStartOrderMismatchReported(t *testing.T) {
 		require.Error(t, err, "rank %d", r)
 		assert.True(t, errors.Is(err, ErrMismatch) || errors.Is(err, ErrAborted), "rank %d: %v", r, err)
 		assert.Contains(t, err.Error(), "seq 1", "rank %d: %v", r, err)
+		// Each operation's error, relayed or not, says where it
+		// failed once.
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			assert.ErrorIs(t, e, ErrMismatch, "rank %d", r)
+			assert.Equal(t, 1, strings.Count(e.Error(), "sparcml: rank"), "rank %d: %v", r, e)
+		}
 	}
 	// The message names both operations somewhere in the job.
 	all := errors.Join(errs...).Error()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,7 +44,13 @@ func TestFailNextFailsTheOperationOnEveryRank(t *testing.T) {
 		} else {
 			assert.ErrorIs(t, err, ErrAborted, "rank %d", r)
 			assert.NotErrorIs(t, err, context.DeadlineExceeded, "rank %d", r)
+			// Classified by the code the failure carries, whichever
+			// rank relayed it, naming the bad rank once.
+			assert.ErrorIs(t, err, ErrInvalid, "rank %d", r)
+			assert.NotErrorIs(t, err, ErrMismatch, "rank %d", r)
+			assert.Equal(t, 1, strings.Count(err.Error(), fmt.Sprintf("failed by rank %d", bad)), "rank %d: %v", r, err)
 		}
+		assert.Equal(t, 1, strings.Count(err.Error(), "sparcml:"), "rank %d: one prefix: %v", r, err)
 	}
 	errs = onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
 		data := []float64{float64(c.Rank())}

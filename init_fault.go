@@ -42,18 +42,20 @@ func launchFailure(ctx context.Context, err error, rank int, store bootstrap.Sto
 		}
 		return err
 	}
-	var cause string
+	var failure bootstrap.LaunchError
 	switch {
 	case len(missing) > 0:
-		cause = fmt.Sprintf("%s never reached the rendezvous store within %s", transport.RankList(missing), initTimeoutName(initTimeout))
+		failure = bootstrap.LaunchError{Code: transport.CodeTimeout,
+			Cause: fmt.Sprintf("%s never reached the rendezvous store within %s", transport.RankList(missing), initTimeoutName(initTimeout))}
 	case len(lost) > 0:
 		// The ranks still up waited for what a dead one would never set.
-		cause = fmt.Sprintf("%s left the rendezvous store during Init without a goodbye (killed or crashed?)", transport.RankList(lost))
+		failure = bootstrap.LaunchError{Code: transport.CodePeerLost,
+			Cause: fmt.Sprintf("%s left the rendezvous store during Init without a goodbye (killed or crashed?)", transport.RankList(lost))}
 	default:
 		return err
 	}
-	bootstrap.FailLaunch(store, cause)
-	return causedBy(rank, &bootstrap.LaunchError{Cause: cause}, err)
+	bootstrap.FailLaunch(store, failure.Code, failure.Cause)
+	return causedBy(rank, &failure, err)
 }
 
 // failInit ends an Init that failed with err after the store was

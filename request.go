@@ -205,12 +205,14 @@ func (c *Comm) track(seq uint64) {
 // operations in different orders, so the other operations in flight may
 // be waiting for messages that will never come (a rank is running another
 // collective at that sequence number): they are failed on every rank too,
-// instead of waiting for their deadline.
+// instead of waiting for their deadline, by the rank that detected it
+// (a mismatch another rank told this one of is that rank's to handle).
 func (c *Comm) untrack(seq uint64, err error) {
 	c.inflightMu.Lock()
 	delete(c.inflight, seq)
 	var others []uint64
-	if errors.Is(err, ErrMismatch) {
+	var remote *transport.RemoteFailure
+	if errors.Is(err, ErrMismatch) && !errors.As(err, &remote) {
 		for s := range c.inflight {
 			others = append(others, s)
 		}
@@ -218,7 +220,7 @@ func (c *Comm) untrack(seq uint64, err error) {
 	c.inflightMu.Unlock()
 	for _, s := range others {
 		c.t.FailOp(c.id, s, fmt.Errorf("%w: abandoned: operation %d mismatched across ranks, so operations were started in a different order on some ranks: %v",
-			ErrMismatch, seq, err))
+			ErrMismatch, seq, closeCause(err)))
 	}
 }
 

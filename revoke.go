@@ -120,7 +120,7 @@ func (c *Comm) watchRevoke() {
 		// would make the TCP transport read in the background for it.
 		<-r.Completion()
 		var rf *transport.RemoteFailure
-		if errors.As(r.Err(), &rf) {
+		if errors.As(r.Err(), &rf) && rf.Code == transport.CodeRevoked {
 			c.revokeLocal(&RevokedError{Rank: c.localRank(rf.Peer)})
 		}
 	}()

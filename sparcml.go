@@ -82,7 +82,9 @@ const (
 
 // Error is the error every collective returns: rank, peer, operation,
 // sequence number and cause. Use errors.Is with ErrPeerLost, ErrMismatch,
-// ErrAborted or context.DeadlineExceeded to classify it.
+// ErrAborted or context.DeadlineExceeded to classify it. A failure
+// another rank detected matches ErrAborted and the sentinel of the code it
+// sent (a peer's mismatch is ErrMismatch here too).
 type Error = transport.Error
 
 // Sentinel errors.

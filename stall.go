@@ -184,16 +184,11 @@ func lostElsewhere(err error) bool {
 }
 
 // isTimeout reports whether err is a deadline, this rank's or the one of
-// the peer that failed the operation for every rank (FailOp carries the
-// reason as text: the first rank to time out fails the others' operation
-// before their own deadlines, and they must name the late rank too).
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var rf *transport.RemoteFailure
-	return errors.As(err, &rf) && strings.Contains(rf.Reason, context.DeadlineExceeded.Error())
-}
+// the peer that failed the operation for every rank (a RemoteFailure of
+// transport.CodeTimeout matches context.DeadlineExceeded: the first rank
+// to time out fails the others' operation before their own deadlines,
+// and they must name the late rank too).
+func isTimeout(err error) bool { return errors.Is(err, context.DeadlineExceeded) }
 
 // stallError is a timed-out operation's error with the report of which
 // ranks are late.

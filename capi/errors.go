@@ -4,7 +4,6 @@ package main
 import "C"
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -39,10 +38,38 @@ var (
 	errInternal = errors.New("internal error")
 )
 
-// statusOf classifies err. The library's own sentinels come first; a
-// failure another rank reported (transport.RemoteFailure) carries its
-// cause only as text, so a mismatch or a timeout detected there is
-// recognised by the sentinel's text in the reason.
+// statusOfCode is the status of a failure of each code on the rank that
+// detected it: every transport.Code this build knows has one.
+var statusOfCode = map[transport.Code]C.int{
+	transport.CodeUnknown:  statusInternal,
+	transport.CodeInvalid:  statusInvalid,
+	transport.CodeMismatch: statusMismatch,
+	transport.CodePeerLost: statusPeerLost,
+	transport.CodeProtocol: statusPeerLost,
+	transport.CodeTimeout:  statusTimeout,
+	transport.CodeAborted:  statusAborted,
+	transport.CodeCanceled: statusAborted,
+	transport.CodeClosed:   statusClosed,
+	transport.CodeRevoked:  statusAborted,
+}
+
+// remoteStatus is the status of a failure another rank detected and told
+// this one of (transport.RemoteFailure), by its code: what holds for
+// every rank alike, a mismatch or a deadline, has its own status; for the
+// rest (bad arguments there, a communicator closed there, a code from a
+// newer build) this rank's operation was aborted, as include/sparcml.h
+// says.
+func remoteStatus(code transport.Code) C.int {
+	switch code {
+	case transport.CodeMismatch, transport.CodeTimeout:
+		return statusOfCode[code]
+	}
+	return statusAborted
+}
+
+// statusOf classifies err by its code (transport.CodeOf), never its text:
+// the binding's own errors first, then a failure another rank reported,
+// then this rank's own.
 func statusOf(err error) C.int {
 	var remote *transport.RemoteFailure
 	switch {
@@ -54,26 +81,11 @@ func statusOf(err error) C.int {
 		return statusNoMem
 	case errors.Is(err, errInit):
 		return statusInit
-	case errors.Is(err, sparcml.ErrMismatch):
-		return statusMismatch
-	case errors.Is(err, sparcml.ErrPeerLost), errors.Is(err, transport.ErrProtocol):
-		return statusPeerLost
-	case errors.Is(err, context.DeadlineExceeded):
-		return statusTimeout
-	case errors.Is(err, sparcml.ErrInvalid):
-		return statusInvalid
-	case errors.Is(err, sparcml.ErrClosed):
-		return statusClosed
 	case errors.As(err, &remote):
-		switch {
-		case strings.Contains(remote.Reason, sparcml.ErrMismatch.Error()):
-			return statusMismatch
-		case strings.Contains(remote.Reason, context.DeadlineExceeded.Error()):
-			return statusTimeout
-		}
-		return statusAborted
-	case errors.Is(err, sparcml.ErrAborted), errors.Is(err, context.Canceled):
-		return statusAborted
+		return remoteStatus(remote.Code)
+	}
+	if s, ok := statusOfCode[transport.CodeOf(err)]; ok {
+		return s
 	}
 	return statusInternal
 }

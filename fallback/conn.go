@@ -72,6 +72,7 @@ func newConn(t *Transport, peer, index int, nc *net.TCPConn) *conn {
 	}
 	c.fr = frameReader{
 		peer:       peer,
+		size:       t.size,
 		r:          newInBuf(nc, readBufferSize),
 		m:          t.m,
 		maxMessage: t.cfg.MaxMessage,

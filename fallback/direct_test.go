@@ -114,7 +114,7 @@ func TestReadPayloadLowWaterMark(t *testing.T) {
 				}
 			}
 			fr := &frameReader{
-				peer: 1, r: newInBuf(src, readBufferSize), m: m, maxMessage: 1 << 30,
+				peer: 1, size: 2, r: newInBuf(src, readBufferSize), m: m, maxMessage: 1 << 30,
 				gate: openGate{}, onData: func(int) {},
 				lowat: func(n int) {
 					if n > 1 {

@@ -24,6 +24,9 @@ func TestHelloRoundTrip(t *testing.T) {
 	}
 }
 
+// whyFailure is the payload of a fail-op frame of rank 1 of 2.
+var whyFailure = transport.AppendFailure(nil, &transport.RemoteFailure{Peer: 1, Code: transport.CodeInvalid, Reason: "why"})
+
 type openGate struct{}
 
 func (openGate) enterFill() bool { return true }
@@ -37,7 +40,7 @@ func FuzzFrameReader(f *testing.F) {
 	data := wire.Header{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: 1}, Desc: testDesc}
 	f.Add(frameBytes(data, []byte("hello")))
 	f.Add(append(frameBytes(data, []byte("a")), frameBytes(data, []byte("b"))...))
-	f.Add(append(frameBytes(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: 1, Seq: 1}}, []byte("why")),
+	f.Add(append(frameBytes(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: 1, Seq: 1}}, whyFailure),
 		frameBytes(data, []byte("late"))...))
 	f.Add(append(frameBytes(wire.Header{Kind: wire.Goodbye}, nil), frameBytes(data, nil)...))
 	f.Add(frameBytes(data, make([]byte, 3000))[:100])
@@ -64,6 +67,7 @@ func fuzzFrameReader(t *testing.T, stream []byte, maxMessage int64, scatter bool
 	posted := m.Post(1, postedTag, testDesc, make([]byte, size))
 	fr := &frameReader{
 		peer:       1,
+		size:       2,
 		r:          r,
 		m:          m,
 		maxMessage: maxMessage,

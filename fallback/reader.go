@@ -32,6 +32,7 @@ type fillGate interface {
 // reads the connection next resumes the frame where it stopped.
 type frameReader struct {
 	peer       int
+	size       int // of the job, for the origin of a failure
 	r          *inBuf
 	m          *transport.Matcher
 	maxMessage int64
@@ -122,7 +123,8 @@ func (fr *frameReader) startFrame(h wire.Header) error {
 	return nil
 }
 
-// readReason reads the text of a fail-op or goodbye frame and acts on it.
+// readReason reads the payload of a fail-op frame (a failure) or a
+// goodbye (its text) and acts on it.
 func (fr *frameReader) readReason() error {
 	h := &fr.cur
 	reason := fr.reason[:h.Length] // wire.DecodeHeader bounded it by wire.MaxReasonLen
@@ -137,7 +139,11 @@ func (fr *frameReader) readReason() error {
 		fr.sawGoodbye, fr.byeReason = true, string(reason)
 		return nil
 	}
-	fr.m.FailOp(h.Tag.Comm, h.Tag.Seq, &transport.RemoteFailure{Peer: fr.peer, Reason: string(reason)})
+	f, err := transport.DecodeFailure(reason, fr.size)
+	if err != nil {
+		return fmt.Errorf("fail-op frame: %w", err)
+	}
+	fr.m.FailOp(h.Tag.Comm, h.Tag.Seq, f)
 	return nil
 }
 

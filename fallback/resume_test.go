@@ -56,7 +56,7 @@ func readStream(stream []byte, scatter bool, rng *rand.Rand) readOutcome {
 	postedTag := transport.Tag{Comm: 1, Seq: 2}
 	posted := m.Post(1, postedTag, testDesc, make([]byte, size))
 	var out readOutcome
-	fr := &frameReader{peer: 1, r: r, m: m, maxMessage: 1 << 16, gate: openGate{},
+	fr := &frameReader{peer: 1, size: 2, r: r, m: m, maxMessage: 1 << 16, gate: openGate{},
 		onData: func(n int) { out.msgs++; out.bytes += n }}
 	var err error
 	for i := 0; ; i++ {
@@ -82,7 +82,7 @@ func FuzzFrameReaderResume(f *testing.F) {
 	other := wire.Header{Kind: wire.Data, Tag: transport.Tag{Comm: 1, Seq: 3}, Desc: testDesc}
 	f.Add(frameBytes(data, []byte("hello")), uint64(1))
 	f.Add(append(frameBytes(other, make([]byte, 300)), frameBytes(data, []byte("b"))...), uint64(2))
-	f.Add(append(frameBytes(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: 1, Seq: 9}}, []byte("why")),
+	f.Add(append(frameBytes(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: 1, Seq: 9}}, whyFailure),
 		frameBytes(data, []byte("late"))...), uint64(3))
 	f.Add(append(frameBytes(wire.Header{Kind: wire.Goodbye}, []byte("bye")), frameBytes(data, nil)...), uint64(4))
 	f.Add(frameBytes(data, make([]byte, 150))[:100], uint64(5))

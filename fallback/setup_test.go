@@ -204,13 +204,16 @@ func TestMalformedFrames(t *testing.T) {
 	longReason := frameBytes(wire.Header{Kind: wire.FailOp}, nil)
 	binary.LittleEndian.PutUint64(longReason[wire.HeaderSize-8:], wire.MaxReasonLen+1)
 	cases := map[string][]byte{
-		"bad magic":          corrupt(0, 'X'),
-		"wrong version":      corrupt(4, wire.Version+1),
-		"unknown kind":       corrupt(5, 77),
-		"reserved bits":      corrupt(6, 1),
-		"oversized":          oversized,
-		"long fail-op":       longReason,
-		"long goodbye":       frameBytes(wire.Header{Kind: wire.Goodbye}, make([]byte, wire.MaxReasonLen+1)),
+		"bad magic":     corrupt(0, 'X'),
+		"wrong version": corrupt(4, wire.Version+1),
+		"unknown kind":  corrupt(5, 77),
+		"reserved bits": corrupt(6, 1),
+		"oversized":     oversized,
+		"long fail-op":  longReason,
+		"long goodbye":  frameBytes(wire.Header{Kind: wire.Goodbye}, make([]byte, wire.MaxReasonLen+1)),
+		"short failure": frameBytes(wire.Header{Kind: wire.FailOp}, []byte("why")),
+		"failure of rank 9": frameBytes(wire.Header{Kind: wire.FailOp},
+			transport.AppendFailure(nil, &transport.RemoteFailure{Peer: 9, Code: transport.CodeMismatch, Reason: "why"})),
 		"data after goodbye": append(frameBytes(wire.Header{Kind: wire.Goodbye}, nil), frameBytes(data, nil)...),
 		"duplicate tag":      append(frameBytes(data, []byte("a")), frameBytes(data, []byte("b"))...),
 	}

@@ -190,17 +190,14 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 }
 
 // FailOp implements transport.Transport: the operation fails here at once
-// and a fail-op frame carrying err's text tells every peer to fail it too.
+// and a fail-op frame carrying err's code and text tells every peer to
+// fail it too.
 func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
 	if err == nil {
 		err = transport.ErrAborted
 	}
 	t.m.FailOp(comm, seq, err)
-	reason := err.Error()
-	if len(reason) > wire.MaxReasonLen {
-		reason = reason[:wire.MaxReasonLen]
-	}
-	payload := []byte(reason)
+	payload := transport.AppendFailure(nil, transport.FailureOf(t.rank, err))
 	for p, list := range t.peers {
 		if p == t.rank {
 			continue

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparcml/sparcml/internal/wire"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -451,8 +450,8 @@ func TestFailOpLongReason(t *testing.T) {
 	req := j.ts[1].Recv(0, tag, testDesc, nil)
 	j.ts[0].FailOp(tag.Comm, tag.Seq, errors.New(string(bytes.Repeat([]byte("x"), 5000))))
 	var rf *transport.RemoteFailure
-	if err := req.Wait(ctx); !errors.As(err, &rf) || len(rf.Reason) != wire.MaxReasonLen {
-		t.Fatalf("got %v, want a RemoteFailure with a %d-byte reason", err, wire.MaxReasonLen)
+	if err := req.Wait(ctx); !errors.As(err, &rf) || len(rf.Reason) != transport.MaxReasonLen {
+		t.Fatalf("got %v, want a RemoteFailure with a %d-byte reason", err, transport.MaxReasonLen)
 	}
 	if err := j.ts[1].Err(); err != nil {
 		t.Fatalf("Err() = %v", err)

@@ -50,7 +50,12 @@ func (t *Transport) onEager(p *peer, slot int) bool {
 	case kindCTS:
 		t.onCTS(p, h)
 	case kindFailOp:
-		t.failOp(h.Tag.Comm, h.Tag.Seq, &transport.RemoteFailure{Peer: p.rank, Reason: string(payload)})
+		f, err := transport.DecodeFailure(payload, t.size)
+		if err != nil {
+			t.protocolError(p.rank, fmt.Errorf("failop message: %w", err))
+			return true
+		}
+		t.failOp(h.Tag.Comm, h.Tag.Seq, f)
 	case kindBye:
 		if h.Flags&byeAborted != 0 {
 			t.peerLost(p.rank, errors.New(string(payload)))

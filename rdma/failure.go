@@ -10,17 +10,15 @@ import (
 	"github.com/sparcml/sparcml/transport"
 )
 
-// FailOp implements transport.Transport.
+// FailOp implements transport.Transport: the peers are told err's code
+// and text.
 func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
 	t.failOp(comm, seq, err)
-	reason := err.Error()
-	if len(reason) > t.cfg.EagerLimit {
-		reason = reason[:t.cfg.EagerLimit]
-	}
+	failure := failurePayload(t.rank, err, t.cfg.EagerLimit)
 	for _, p := range t.peers {
 		if p != nil {
 			t.enqueue(p, &outMsg{hdr: header{Kind: kindFailOp, Tag: transport.Tag{Comm: comm, Seq: seq}},
-				bufs: [][]byte{[]byte(reason)}})
+				bufs: [][]byte{failure}})
 		}
 	}
 	t.unpark() // the operation's unexpected messages are gone: room for parked ones

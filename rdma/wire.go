@@ -35,7 +35,7 @@ const (
 	kindData   = 1 // eager payload
 	kindRTS    = 2 // rendezvous request to send: tag, desc, size, send id
 	kindCTS    = 3 // clear to send: send id, receive id, address, rkey (or discard)
-	kindFailOp = 4 // the sender failed operation (comm, seq); reason in payload
+	kindFailOp = 4 // the sender failed operation (comm, seq); payload: failurePayload
 	kindBye    = 5 // the sender is closing or aborting (Flags); reason in payload
 
 	// Receiver-advertised rendezvous: a receive posted before its RTS
@@ -52,7 +52,7 @@ const (
 var kindNames = [...]string{"?", "data", "rts", "cts", "failop", "bye", "adv", "nack", "cancel", "revoke", "revoked"}
 
 const (
-	wireVersion = 3
+	wireVersion = 4
 	hdrSize     = 72
 )
 
@@ -206,4 +206,13 @@ func makeWRID(kind uint8, peer int, id uint32) uint64 {
 
 func splitWRID(w uint64) (kind uint8, peer int, id uint32) {
 	return uint8(w >> 56), int(uint16(w >> 40)), uint32(w)
+}
+
+// failurePayload is the payload of a failop message of rank failing with
+// err: its code, origin and text (transport.AppendFailure), its text cut
+// to fit an eager slot of eagerLimit bytes.
+func failurePayload(rank int, err error, eagerLimit int) []byte {
+	const codeAndOrigin = transport.MaxFailureLen - transport.MaxReasonLen
+	b := transport.AppendFailure(nil, transport.FailureOf(rank, err))
+	return b[:min(len(b), max(eagerLimit, codeAndOrigin))]
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sparcml/sparcml/internal/bootstrap"
@@ -155,4 +156,19 @@ func FuzzConnInfoDecode(f *testing.F) {
 			t.Fatalf("re-encoding %+v gives %x, input %x", d, d.encode(), b)
 		}
 	})
+}
+
+// TestFailurePayload: a failop message carries the failure's code and
+// origin, its text cut to the eager limit, and decodes on the peer to a
+// failure of the same code.
+func TestFailurePayload(t *testing.T) {
+	cause := &transport.PeerError{Peer: 2, Kind: transport.ErrProtocol, Err: errors.New("bad frame")}
+	for _, limit := range []int{1, 12, defaultEager} {
+		f, err := transport.DecodeFailure(failurePayload(1, cause, limit), 3)
+		require.NoError(t, err, "eager limit %d", limit)
+		require.Equal(t, 1, f.Peer)
+		require.Equal(t, transport.CodeProtocol, f.Code)
+		require.True(t, strings.HasPrefix(cause.Error(), f.Reason), "reason %q of %q", f.Reason, cause)
+		require.ErrorIs(t, f, transport.ErrProtocol)
+	}
 }

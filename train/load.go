@@ -2,7 +2,9 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"path/filepath"
 	"strings"
@@ -100,7 +102,7 @@ func loadLocal(comm *sparcml.Comm, cfg *Config) (train, test *data.Set, err erro
 }
 
 func withHint(err error) error {
-	if strings.Contains(err.Error(), "no such file") {
+	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w (install Debian's dataset-fashion-mnist package: make deps does)", err)
 	}
 	return err

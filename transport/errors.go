@@ -62,8 +62,14 @@ func (e *MismatchError) Unwrap() error { return ErrMismatch }
 
 // RemoteFailure is how an operation fails on this rank when a peer failed
 // it with FailOp (a mismatch it detected, a cancelled context, bad input).
+// Peer is the rank that detected the failure (a failure relayed by
+// another rank keeps it), Code classifies it and Reason is its text. It
+// matches ErrAborted (a peer failed the operation for this rank) and the
+// sentinel of its code, so that a mismatch or a deadline another rank
+// detected is classified as one on every rank.
 type RemoteFailure struct {
 	Peer   int
+	Code   Code
 	Reason string
 }
 
@@ -71,7 +77,13 @@ func (e *RemoteFailure) Error() string {
 	return fmt.Sprintf("failed by rank %d: %s", e.Peer, e.Reason)
 }
 
-func (e *RemoteFailure) Unwrap() error { return ErrAborted }
+// Unwrap gives ErrAborted and the code's sentinel to errors.Is.
+func (e *RemoteFailure) Unwrap() []error {
+	if s := e.Code.Err(); s != nil && s != ErrAborted {
+		return []error{ErrAborted, s}
+	}
+	return []error{ErrAborted}
+}
 
 // Error is the error every collective returns: it carries this rank, the
 // peer involved (-1 for none), the operation, its sequence number and step.

@@ -203,7 +203,7 @@ func (t *InMemory) Recv(peer int, tag Tag, desc Desc, buf []byte) *Request {
 // FailOp implements Transport.
 func (t *InMemory) FailOp(comm uint32, seq uint64, err error) {
 	t.m.FailOp(comm, seq, err)
-	remote := &RemoteFailure{Peer: t.rank, Reason: err.Error()}
+	remote := FailureOf(t.rank, err)
 	for _, p := range t.peers {
 		if p != t {
 			p.m.FailOp(comm, seq, remote)

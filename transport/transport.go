@@ -155,7 +155,9 @@ type Transport interface {
 	// FailOp fails every pending and later receive of operation
 	// (comm, seq) on this rank and tells every peer to do the same, with
 	// err as the cause. Used for mismatches and cancellation; the
-	// transport stays usable for other operations.
+	// transport stays usable for other operations. The peers' receives
+	// fail with FailureOf(Rank(), err): err's code and text (encoded by
+	// AppendFailure on a wire), never its text alone.
 	FailOp(comm uint32, seq uint64, err error)
 
 	// Abort fails everything pending and later with err and closes the

@@ -305,7 +305,11 @@ func clientHandshake(ctx context.Context, conn net.Conn, env Env) (*bufio.Reader
 	case opErr:
 		return nil, &permanentError{fmt.Errorf("the store refused this rank: %s", reply.value)}
 	case opFault:
-		return nil, &permanentError{&LaunchError{Cause: string(reply.value)}}
+		le, err := decodeFault(reply.value)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &permanentError{le}
 	}
 	return nil, fmt.Errorf("%w: hello answered with %s", errMalformed, opName(reply.op))
 }
@@ -360,7 +364,12 @@ func (c *client) readReplies(br *bufio.Reader) {
 		switch f.op {
 		case opOK, opValue, opErr:
 		case opFault:
-			c.fail(&LaunchError{Cause: string(f.value)})
+			le, err := decodeFault(f.value)
+			if err != nil {
+				c.fail(err)
+			} else {
+				c.fail(le)
+			}
 			return
 		default:
 			c.fail(fmt.Errorf("%w: store sent a %s frame", errMalformed, opName(f.op)))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/transport"
 )
 
 // A broken launch (a wrong token, a size that disagrees, a duplicate rank,
@@ -32,10 +33,38 @@ const wrongTokenGrace = 3 * time.Second
 const faultCloseWait = 2 * time.Second
 
 // LaunchError is a failed launch as the store saw it: Cause says why
-// ("rank 1 presented a wrong token"), the same on every rank.
-type LaunchError struct{ Cause string }
+// ("rank 1 presented a wrong token") and Code classifies it, the same on
+// every rank: transport.CodeInvalid for an inconsistent launch (a wrong
+// token, a size that disagrees, a duplicate rank), CodeTimeout for ranks
+// that never arrived, CodePeerLost for ranks that left, and the code of
+// a rank's own Init failure for that.
+type LaunchError struct {
+	Code  transport.Code
+	Cause string
+}
 
 func (e *LaunchError) Error() string { return "the launch failed: " + e.Cause }
+
+// Unwrap gives the code's sentinel (if it has one) to errors.Is.
+func (e *LaunchError) Unwrap() error { return e.Code.Err() }
+
+// A launch's failure travels (opFault, and opAbort from the rank whose
+// Init failed) as its code and its text:
+//
+//	code  uint8 (transport.Code)
+//	cause [n]byte
+func encodeFault(code transport.Code, cause string) []byte {
+	return append([]byte{byte(code)}, cause...)
+}
+
+// decodeFault parses an encoded failure of the launch; a code this build
+// does not know is kept (the error then matches no sentinel).
+func decodeFault(b []byte) (*LaunchError, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: an empty launch failure", errMalformed)
+	}
+	return &LaunchError{Code: transport.Code(b[0]), Cause: string(b[1:])}, nil
+}
 
 // The claim precedes authentication on a store connection: which rank
 // the dialer says it is, so that a failed authentication can be blamed
@@ -92,16 +121,16 @@ func (s *server) launchIncompleteLocked() bool {
 	return false
 }
 
-// failLaunch records cause as the launch's failure (the first one wins)
-// and tells every connected rank but except (nil for none). It returns
-// the recorded cause.
-func (s *server) failLaunch(cause string, except *serverConn) string {
+// failLaunch records cause, of code, as the launch's failure (the first
+// one wins) and tells every connected rank but except (nil for none). It
+// returns the recorded cause.
+func (s *server) failLaunch(code transport.Code, cause string, except *serverConn) string {
 	s.mu.Lock()
 	if s.fault != "" {
 		defer s.mu.Unlock()
 		return s.fault
 	}
-	s.fault = cause
+	s.fault, s.faultCode = cause, code
 	conns := make([]*serverConn, 0, len(s.ranks))
 	for _, c := range s.ranks {
 		if c != nil && c != except {
@@ -111,7 +140,7 @@ func (s *server) failLaunch(cause string, except *serverConn) string {
 	s.mu.Unlock()
 	s.log.Warnf(logging.Bootstrap, "store: the launch failed: %s", cause)
 	for _, c := range conns {
-		c.out.push(frame{op: opFault, value: []byte(cause)})
+		c.out.push(frame{op: opFault, value: encodeFault(code, cause)})
 	}
 	return cause
 }
@@ -120,6 +149,14 @@ func (s *server) faultCause() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.fault
+}
+
+// faultFrame is the opFault frame, with id, telling a rank why the launch
+// failed.
+func (s *server) faultFrame(id uint32) frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return frame{op: opFault, id: id, value: encodeFault(s.faultCode, s.fault)}
 }
 
 // wrongToken handles a connection that claimed rank and failed
@@ -146,7 +183,7 @@ func (s *server) wrongToken(rank uint32) {
 	still := s.state[rank] == rankUnseen && !s.stopping
 	s.mu.Unlock()
 	if still {
-		s.failLaunch(fmt.Sprintf("rank %d presented a wrong token (its SPARCML_TOKEN differs from rank 0's)", rank), nil)
+		s.failLaunch(transport.CodeInvalid, fmt.Sprintf("rank %d presented a wrong token (its SPARCML_TOKEN differs from rank 0's)", rank), nil)
 	}
 }
 
@@ -177,12 +214,12 @@ func LaunchStatus(ctx context.Context, st Store) (missing, lost []int, err error
 	return ranks[:nMissing], ranks[nMissing:], nil
 }
 
-// FailLaunch, on rank 0, fails the launch with cause: every rank still
-// waiting on the store gets it at once, and rank 0's Close then waits only
-// briefly. It does nothing on other ranks' stores.
-func FailLaunch(st Store, cause string) {
+// FailLaunch, on rank 0, fails the launch with cause, of code: every rank
+// still waiting on the store gets it at once, and rank 0's Close then
+// waits only briefly. It does nothing on other ranks' stores.
+func FailLaunch(st Store, code transport.Code, cause string) {
 	if c, ok := st.(*client); ok && c.srv != nil {
-		c.srv.failLaunch(cause, nil)
+		c.srv.failLaunch(code, cause, nil)
 	}
 }
 
@@ -280,20 +317,26 @@ func ReportInitFailure(st Store, err error) *LaunchError {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, rerr := c.call(ctx, frame{op: opAbort, value: []byte(cause)})
+	_, rerr := c.call(ctx, frame{op: opAbort, value: encodeFault(transport.CodeOf(err), cause)})
 	le, _ := asLaunchError(rerr)
 	return le
 }
 
-// abort answers opAbort: the reporting rank's failure becomes the
-// launch's unless another cause came first, which the reply carries.
-func (s *server) abort(c *serverConn, f frame) {
-	mine := fmt.Sprintf("rank %d failed Init: %s", c.rank, f.value)
-	if cause := s.failLaunch(mine, c); cause != mine {
-		c.out.push(frame{op: opFault, id: f.id, value: []byte(cause)})
-		return
+// abort answers opAbort: the reporting rank's failure, with its code,
+// becomes the launch's unless another cause came first, which the reply
+// carries.
+func (s *server) abort(c *serverConn, f frame) error {
+	failure, err := decodeFault(f.value)
+	if err != nil {
+		return err
+	}
+	mine := fmt.Sprintf("rank %d failed Init: %s", c.rank, failure.Cause)
+	if cause := s.failLaunch(failure.Code, mine, c); cause != mine {
+		c.out.push(s.faultFrame(f.id))
+		return nil
 	}
 	c.out.push(frame{op: opOK, id: f.id})
+	return nil
 }
 
 // maxAbortLen bounds the cause a rank reports, which every rank repeats.

@@ -1,11 +1,14 @@
 package bootstrap
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/sparcml/sparcml/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -76,11 +79,54 @@ func TestReportInitFailureKeepsTheStoresCause(t *testing.T) {
 	zero, one := st[0], st[1]
 	watchOne := watchLaunch(t, one)
 	assert.Nil(t, ReportInitFailure(one, fmt.Errorf("sparcml: rank 1: %w", &LaunchError{Cause: "rank 2 presented a wrong token"})))
-	FailLaunch(zero, "the first cause")
+	FailLaunch(zero, transport.CodeInvalid, "the first cause")
 	err := waitLaunch(t, watchOne, "rank 1")
 	var le *LaunchError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, "the first cause", le.Cause)
+	assert.Equal(t, transport.CodeInvalid, le.Code)
+	assert.ErrorIs(t, err, transport.ErrInvalid)
+}
+
+// A rank's Init failure reaches every rank with its code: a deadline
+// there is a deadline everywhere, classified without reading its text.
+func TestLaunchFailureCarriesItsCode(t *testing.T) {
+	st := launchStores(t, 3)
+	zero, one, two := st[0], st[1], st[2]
+	watchZero, watchOne := watchLaunch(t, zero), watchLaunch(t, one)
+	require.Nil(t, ReportInitFailure(two, fmt.Errorf("tcp: connecting to rank 1: %w", context.DeadlineExceeded)))
+	two.Close()
+	for who, got := range map[string]<-chan error{"rank 0": watchZero, "rank 1": watchOne} {
+		err := waitLaunch(t, got, who)
+		var le *LaunchError
+		require.ErrorAs(t, err, &le, who)
+		assert.Equal(t, transport.CodeTimeout, le.Code, who)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, who)
+		assert.NotErrorIs(t, err, transport.ErrInvalid, who)
+	}
+}
+
+// FuzzDecodeFault: a launch failure off the store's connection decodes
+// to its code and text, which encode back to the same bytes, or is a
+// malformed frame.
+func FuzzDecodeFault(f *testing.F) {
+	f.Add(encodeFault(transport.CodeTimeout, "rank 1 never reached the store"))
+	f.Add([]byte{})
+	f.Add([]byte{250})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		le, err := decodeFault(b)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("%v is not errMalformed", err)
+			}
+			return
+		}
+		if again := encodeFault(le.Code, le.Cause); !bytes.Equal(again, b) {
+			t.Fatalf("re-encoded %x, decoded from %x", again, b)
+		}
+		_ = errors.Is(le, transport.ErrInvalid)
+		_ = le.Error()
+	})
 }
 
 // A rank whose Init fails after the launch already failed (its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/transport"
 )
 
 const (
@@ -62,6 +63,8 @@ type server struct {
 	changed  chan struct{}         // closed and replaced whenever state changes
 	fault    string                // why the launch failed; "" while it has not
 	progress map[int]progressEntry // each rank's latest progress record
+
+	faultCode transport.Code // the code of fault
 }
 
 // waiter is one Get waiting for its key.
@@ -223,12 +226,12 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 	c := &serverConn{conn: conn, br: br, rank: int(h.rank), out: newOutQueue(), gets: make(map[uint32]string)}
 	refusal, fatal := s.register(c, h)
 	if fatal {
-		refusal = s.failLaunch(refusal, nil)
+		refusal = s.failLaunch(transport.CodeInvalid, refusal, nil)
 	}
 	reply := frame{op: opOK, id: f.id}
 	switch {
 	case refusal != "" && refusal == s.faultCause():
-		reply = frame{op: opFault, id: f.id, value: []byte(refusal)}
+		reply = s.faultFrame(f.id)
 	case refusal != "":
 		reply = frame{op: opErr, id: f.id, value: []byte(refusal)}
 	}
@@ -355,7 +358,7 @@ func (s *server) dispatch(c *serverConn, f frame) error {
 	case opProgressQuery:
 		s.queryProgress(c, f.id)
 	case opAbort:
-		s.abort(c, f)
+		return s.abort(c, f)
 	case opBye:
 		c.saidBye = true
 		s.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/transport"
 )
 
 // logBuffer collects log lines for checks; safe for concurrent use.
@@ -580,7 +581,7 @@ func TestMissingRanksAndFailLaunch(t *testing.T) {
 		_, err := two.Get(ctx, "never")
 		got <- err
 	}()
-	FailLaunch(zero, "ranks 1 3 never connected")
+	FailLaunch(zero, transport.CodeTimeout, "ranks 1 3 never connected")
 	select {
 	case err := <-got:
 		if le, ok := asLaunchError(err); !ok || le.Cause != "ranks 1 3 never connected" {

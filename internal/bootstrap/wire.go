@@ -31,7 +31,7 @@ const (
 
 const (
 	frameHeaderLen  = 11
-	protocolVersion = 4
+	protocolVersion = 5
 	helloLen        = 2 + 4 + 4
 )
 
@@ -47,14 +47,14 @@ const (
 	opProgress byte = 7
 	// opProgressQuery: reply value, every rank's record (progress.go).
 	opProgressQuery byte = 8
-	// opAbort: value, why this rank's Init failed; the store fails the
-	// launch with it (launch.go). No reply.
+	// opAbort: value, why this rank's Init failed (encodeFault); the
+	// store fails the launch with it (launch.go).
 	opAbort byte = 9
 
 	opOK    byte = 0x81
 	opValue byte = 0x82 // value
 	opErr   byte = 0x83 // value: error message
-	opFault byte = 0x84 // id 0; value: why the launch failed (see launch.go)
+	opFault byte = 0x84 // id 0; value: why the launch failed (encodeFault, launch.go)
 )
 
 // errMalformed marks a frame that breaks the protocol; the connection that

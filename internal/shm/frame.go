@@ -16,8 +16,9 @@ import (
 // than the ring streams through it, the reader copying out what the writer
 // has put in. A rendezvous frame's body is the list of the sender's
 // buffers, (address, length) pairs of 8 bytes each, from which the
-// receiver copies the payload itself (process_vm_readv). A fail-op or
-// goodbye frame's body is the reason text.
+// receiver copies the payload itself (process_vm_readv). A fail-op
+// frame's body is its failure (transport.AppendFailure), a goodbye
+// frame's the reason text.
 const (
 	hdrSize = wire.RingHeaderSize
 	maxIovs = 64 // sender's buffers of one rendezvous; more go as data

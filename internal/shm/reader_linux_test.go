@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -28,6 +29,41 @@ func fakeReader(ring []byte) (*Transport, *peer) {
 	return t, p
 }
 
+// ringFrame is h with body, as a ring holds it.
+func ringFrame(h wire.Header, body []byte) []byte {
+	b := make([]byte, hdrSize+padded(uint64(len(body))))
+	wire.EncodeRingHeader(b, &h)
+	copy(b[hdrSize:], body)
+	return b
+}
+
+// TestRingReaderFailure: a fail-op frame fails the receives of its
+// operation with the failure it carries, code and origin; one whose
+// failure does not decode is a protocol error.
+func TestRingReaderFailure(t *testing.T) {
+	read := func(body []byte) (*transport.Request, error) {
+		in := ringFrame(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Seq: 3}, Length: uint64(len(body))}, body)
+		tr, p := fakeReader(append(in, make([]byte, minRingSize-len(in))...))
+		*p.in.head = uint64(len(in))
+		r := tr.m.Post(1, transport.Tag{Seq: 3}, transport.Desc{}, nil)
+		var pulls []*pullJob
+		_, err := tr.readRing(p, &pulls)
+		return r, err
+	}
+	sent := &transport.RemoteFailure{Peer: 0, Code: transport.CodeTimeout, Reason: "late"}
+	r, err := read(transport.AppendFailure(nil, sent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *transport.RemoteFailure
+	if done, rerr := r.Test(); !done || !errors.As(rerr, &got) || *got != *sent || !errors.Is(rerr, context.DeadlineExceeded) {
+		t.Fatalf("receive of the failed op: %v, want %+v", rerr, sent)
+	}
+	if _, err := read([]byte("no")); !errors.Is(err, transport.ErrProtocol) {
+		t.Fatalf("a malformed failure: %v, want ErrProtocol", err)
+	}
+}
+
 // FuzzRingReader feeds arbitrary bytes to a ring's reader, with receives
 // posted for a few tags: it must neither panic nor read beyond what was
 // written, and it either reads frames or fails with a protocol error.
@@ -42,7 +78,8 @@ func FuzzRingReader(f *testing.F) {
 	encodeIovs(iov, []remoteBuf{{0x1000, 500}})
 	seed := append(frame(wire.Header{Kind: wire.Data, Tag: transport.Tag{Seq: 1}, Length: 5}, []byte("hello")),
 		frame(wire.Header{Kind: wire.Rendezvous, Tag: transport.Tag{Seq: 2}, Length: 500, Iovs: 1, Slot: 2, Gen: 1}, iov)...)
-	seed = append(seed, frame(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Seq: 3}, Length: 2}, []byte("no"))...)
+	failure := transport.AppendFailure(nil, &transport.RemoteFailure{Peer: 1, Code: transport.CodeMismatch, Reason: "no"})
+	seed = append(seed, frame(wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Seq: 3}, Length: uint64(len(failure))}, failure)...)
 	seed = append(seed, frame(wire.Header{Kind: wire.Goodbye}, nil)...)
 	f.Add(seed)
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -151,7 +151,11 @@ func (t *Transport) handleControl(p *peer, h *wire.Header, body []byte, pulls *[
 		}
 		t.announce(&rndvRecv{p: p, hdr: *h, bufs: bufs}, pulls)
 	case wire.FailOp:
-		t.failOp(h.Tag.Comm, h.Tag.Seq, &transport.RemoteFailure{Peer: p.rank, Reason: string(body)})
+		f, err := transport.DecodeFailure(body, t.size)
+		if err != nil {
+			return fmt.Errorf("fail-op frame: %w", err)
+		}
+		t.failOp(h.Tag.Comm, h.Tag.Seq, f)
 	case wire.Goodbye:
 		p.rd.bye = true
 		p.byeReceived.Store(true)

@@ -214,19 +214,17 @@ func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf [
 }
 
 // FailOp implements transport.Transport: the operation fails here at once
-// and a fail-op frame carrying err's text tells every peer on the host.
+// and a fail-op frame carrying err's code and text tells every peer on
+// the host.
 func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
 	if err == nil {
 		err = transport.ErrAborted
 	}
 	t.failOp(comm, seq, err)
-	reason := err.Error()
-	if len(reason) > wire.MaxReasonLen {
-		reason = reason[:wire.MaxReasonLen]
-	}
+	failure := transport.AppendFailure(nil, transport.FailureOf(t.rank, err))
 	for _, p := range t.local {
-		p.send(&outItem{h: wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: comm, Seq: seq}, Length: uint64(len(reason))},
-			bufs: [][]byte{[]byte(reason)}})
+		p.send(&outItem{h: wire.Header{Kind: wire.FailOp, Tag: transport.Tag{Comm: comm, Seq: seq}, Length: uint64(len(failure))},
+			bufs: [][]byte{failure}})
 	}
 }
 

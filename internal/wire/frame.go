@@ -20,7 +20,7 @@ import (
 //	    16    8 operation sequence number
 //	    24   24 transport.Desc (transport.EncodeDesc)
 //	    48    8 data, rendezvous: the message's payload size;
-//	            fail-op, goodbye: the reason's size
+//	            fail-op: its failure's size; goodbye: the reason's size
 //
 // On a stream (TCP) the header is these HeaderSize bytes. In a ring of
 // shared memory it is RingHeaderSize bytes, one cache line, the
@@ -40,8 +40,10 @@ const (
 
 	frameMagic uint32 = 0x46435053 // "SPCF" in little-endian byte order
 
-	// MaxReasonLen bounds the reason text of a fail-op or goodbye frame.
-	MaxReasonLen = 1024
+	// MaxReasonLen bounds the body of a fail-op frame (its failure, code
+	// and origin included: transport.AppendFailure) and of a goodbye
+	// (its reason text).
+	MaxReasonLen = transport.MaxFailureLen
 )
 
 // Kind says what a frame carries.
@@ -51,7 +53,8 @@ type Kind uint8
 const (
 	// Data is one message; the body is the payload.
 	Data Kind = 1
-	// FailOp fails operation (comm, seq); the body is the reason.
+	// FailOp fails operation (comm, seq); the body is its failure
+	// (transport.AppendFailure: code, origin rank and reason).
 	FailOp Kind = 2
 	// Goodbye says the sender is closing; the body is why, if it
 	// failed first (may be empty).

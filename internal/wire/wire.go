@@ -14,7 +14,7 @@ import (
 
 // Version is the protocol version every frame and hello carries. A peer
 // speaking another version is refused at the hello.
-const Version uint8 = 2
+const Version uint8 = 3
 
 // ProtocolError is a malformed frame or hello. It matches
 // transport.ErrProtocol with errors.Is; its text leaves the kind out,

@@ -262,8 +262,8 @@ func caseMismatch(c *Case) {
 	send.Send(0, tag(10, 1, 6), other, []byte("y"))
 	err := c.wait(r)
 	recv.FailOp(10, 1, err)
-	if err := c.wait(q); !failedBy(err, 0, errors.New("rank 0")) || !strings.Contains(err.Error(), "rank 1") {
-		c.Errorf("rank 1: after rank 0 failed the mismatched operation: %v, want a RemoteFailure naming both ranks", err)
+	if err := c.wait(q); !failedBy(err, 0, errors.New("rank 0")) || !strings.Contains(err.Error(), "rank 1") || !errors.Is(err, transport.ErrMismatch) {
+		c.Errorf("rank 1: after rank 0 failed the mismatched operation: %v, want a RemoteFailure of a mismatch naming both ranks", err)
 	}
 	if err := c.roundTrip(0, 1, tag(10, 9, 0), 1000); err != nil {
 		c.Errorf("after the mismatches: %v", err)

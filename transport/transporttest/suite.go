@@ -16,7 +16,8 @@
 // everything completes once the receives are posted); deadlines (a Wait
 // whose context ends leaves its request pending, to complete later);
 // progress for callers who select on Done or poll Test instead of Wait;
-// FailOp, locally and as seen by the peers; a peer's graceful Close
+// FailOp, locally and as seen by the peers, each failure classified by
+// its code on every rank; a peer's graceful Close
 // (operations not involving it go on, those involving it fail naming it,
 // what it sent before closing is delivered); Abort (everything pending
 // and later fails, the peers see this rank lost, named); Close of this
@@ -93,6 +94,7 @@ func (s Suite) Run(t *testing.T) {
 	s.run(t, "Deadline", 2, caseDeadline)
 	s.run(t, "Progress", 2, caseProgress)
 	s.run(t, "FailOp", 3, caseFailOp)
+	s.run(t, "FailOpCodes", 3, caseFailOpCodes)
 	s.run(t, "PeerClose", 3, casePeerClose)
 	s.run(t, "Abort", 3, caseAbort)
 	s.run(t, "Close", 2, caseClose)
