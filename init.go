@@ -10,6 +10,7 @@ import (
 
 	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/internal/flight"
 	"github.com/sparcml/sparcml/internal/logging"
 )
 
@@ -92,7 +93,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	if s.Calibrate {
 		if err := c.calibrate(ctx); err != nil {
-			if lostElsewhere(err) {
+			if flight.LostElsewhere(err) {
 				c.failBeforeClose(err) // the peers hear the cause from this rank's goodbye
 			}
 			c.Close()

@@ -43,6 +43,7 @@ import (
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/internal/flight"
 	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/transport"
 )
@@ -134,7 +135,7 @@ type Comm struct {
 	rev     revocation // Revoke and lost peers (revoke.go)
 	shrinks uint64     // Shrink calls so far, under rev.mu
 
-	diag *diag // flight recorder and stall watchdog (stall.go); nil on sys
+	diag *flight.Watch // flight recorder and stall watchdog (trace.go); nil on sys
 
 	closed atomic.Bool
 }
@@ -212,9 +213,9 @@ func (c *Comm) Close() error {
 	// After a timed-out operation (the transport is still up), or one that
 	// failed for another rank's loss, the other ranks may never reach
 	// Close: do not wait for them, and tell them why this rank goes
-	// (stall.go). Not where the survivors go on (per-peer model), nor for a
+	// (internal/flight). Not where the survivors go on (per-peer model), nor for a
 	// derived communicator, whose transport is the job's.
-	stuck := c.diag.stuckErr()
+	stuck := c.diag.StuckErr()
 	mayFail := c.members == nil && !c.world.survives()
 	if !mayFail {
 		stuck = nil
@@ -228,7 +229,7 @@ func (c *Comm) Close() error {
 		// Best effort: a dead or absent rank only delays Close; one lost
 		// meanwhile is a cause the peers must hear of, as after an
 		// operation.
-		if err := c.sys.Barrier(ctx); err != nil && lostElsewhere(err) && mayFail {
+		if err := c.sys.Barrier(ctx); err != nil && flight.LostElsewhere(err) && mayFail {
 			stuck = err
 		}
 		cancel()
@@ -236,7 +237,7 @@ func (c *Comm) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	c.diag.stop()
+	c.diag.Stop()
 	if stuck != nil {
 		c.failBeforeClose(stuck)
 		if c.store != nil {
@@ -280,9 +281,9 @@ func closeCause(err error) error {
 	if !errors.As(err, &te) {
 		return err
 	}
-	var se *stallError
+	var se *flight.StallError
 	if errors.As(err, &se) {
-		return fmt.Errorf("%w; %s", te.Err, se.report)
+		return fmt.Errorf("%w; %s", te.Err, se.Report())
 	}
 	return te.Err
 }
