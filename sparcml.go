@@ -45,6 +45,7 @@ import (
 	"github.com/sparcml/sparcml/internal/config"
 	"github.com/sparcml/sparcml/internal/flight"
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/topology"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -106,7 +107,7 @@ type Comm struct {
 	model   collectives.CostModel
 	store   bootstrap.Store
 	log     *logging.Logger
-	topo    topology // the host of every rank (topology.go)
+	topo    topology.Topology // the host of every rank
 
 	// sys is the library's own communicator over the same transport,
 	// with its own sequence numbers, for start-up calibration and the
@@ -322,7 +323,7 @@ const (
 // rank.
 func newComm(t transport.Transport, timeout time.Duration, log *logging.Logger) *Comm {
 	c := &Comm{t: t, id: userCommID, timeout: timeout, pool: &collectives.Buffers{},
-		model: collectives.DefaultCostModel, log: log, topo: oneHost(t.Size())}
+		model: collectives.DefaultCostModel, log: log, topo: topology.OneHost(t.Size())}
 	c.sys = &Comm{t: t, id: userCommID | sysCommBit, timeout: timeout, pool: c.pool,
 		model: collectives.DefaultCostModel, topo: c.topo}
 	c.world = newWorld(t)
@@ -351,7 +352,7 @@ func NewComm(t transport.Transport, opts ...Option) *Comm {
 }
 
 func newCommOptions(t transport.Transport, o options, s *config.Settings) *Comm {
-	c := newComm(t, o.timeout, newLogger(o, s).WithRank(t.Rank()))
+	c := newComm(t, o.Timeout, newLogger(o, s).WithRank(t.Rank()))
 	c.plans.every = s.SparseAgreeEvery
 	c.startDiag(s, nil)
 	return c

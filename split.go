@@ -92,7 +92,7 @@ func (c *Comm) derive(id uint32, group []int) (*Comm, error) {
 	}
 	t := &subTransport{root: c.world.t, members: members, rank: me}
 	pool := &collectives.Buffers{}
-	topo := subTopology(c.topo, group)
+	topo := c.topo.Sub(group)
 	n := &Comm{t: t, id: id, timeout: c.timeout, pool: pool, model: c.model,
 		log: c.log, world: c.world, members: members, topo: topo, plans: sparsePlans{every: c.plans.every}}
 	n.sys = &Comm{t: t, id: id | sysCommBit, timeout: c.timeout, pool: pool, model: c.model,

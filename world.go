@@ -72,21 +72,3 @@ func (c *Comm) localRank(j int) int {
 	}
 	return -1
 }
-
-// subTopology is t restricted to the parent's ranks group, in their new
-// order, with the hosts renumbered in the order of their lowest new rank.
-func subTopology(t topology, group []int) topology {
-	renum := make(map[int]int)
-	hostOf := make([]int, len(group))
-	for i, r := range group {
-		h := 0
-		if r < len(t.hostOf) {
-			h = t.hostOf[r]
-		}
-		if _, seen := renum[h]; !seen {
-			renum[h] = len(renum)
-		}
-		hostOf[i] = renum[h]
-	}
-	return newTopology(hostOf)
-}
