@@ -9,6 +9,7 @@ import (
 	"github.com/sparcml/sparcml/internal/config"
 	"github.com/sparcml/sparcml/internal/flight"
 	"github.com/sparcml/sparcml/internal/startup"
+	"github.com/sparcml/sparcml/internal/version"
 )
 
 // Init joins the job this process belongs to: it reads rank, size,
@@ -58,6 +59,6 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 			return nil, err
 		}
 	}
-	startup.LogReady(job, s, c.model, buildVersion(), time.Since(started))
+	startup.LogReady(job, s, c.model, version.String(), time.Since(started))
 	return c, nil
 }
