@@ -42,7 +42,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return nil, err
 	}
 	c := newComm(job.T, job.Env.Timeout, job.Log)
-	c.plans.every = s.SparseAgreeEvery
+	c.plans.Every = s.SparseAgreeEvery
 	c.store = job.Store
 	c.topo, c.sys.topo = job.Topo, job.Topo
 	c.startDiag(s, job.Store)

@@ -34,9 +34,6 @@ func (c *Comm) setPeerLoss(o options, s *config.Settings) error {
 	if !ok {
 		return fmt.Errorf("sparcml: rank %d: %w: SPARCML_ON_PEER_LOSS=revoke needs the TCP or in-memory transport, not %s", c.Rank(), ErrInvalid, c.t.Name())
 	}
-	sv.Survive(c.world.peerLost)
-	c.world.mu.Lock()
-	c.world.perPeer = true
-	c.world.mu.Unlock()
+	c.world.Survive(sv)
 	return nil
 }

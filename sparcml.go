@@ -45,7 +45,9 @@ import (
 	"github.com/sparcml/sparcml/internal/config"
 	"github.com/sparcml/sparcml/internal/flight"
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/sparseplan"
 	"github.com/sparcml/sparcml/internal/topology"
+	"github.com/sparcml/sparcml/internal/world"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -126,15 +128,14 @@ type Comm struct {
 
 	deadlines sharedDeadlines // the default timeout's contexts (deadline.go)
 
-	plans sparsePlans // the sparse allreduces' decisions, for reuse (sparseplan.go)
+	plans sparseplan.Plans // the sparse allreduces' decisions, for reuse
 
 	// world is the state shared by every communicator over the job's
-	// transport (split.go); members maps this communicator's ranks to
-	// the transport's, nil for the job's own communicator.
-	world   *world
-	members []int
-	rev     revocation // Revoke and lost peers (revoke.go)
-	shrinks uint64     // Shrink calls so far, under rev.mu
+	// transport; members maps this communicator's ranks to the
+	// transport's, nil for the job's own communicator.
+	world   *world.World
+	members world.Members
+	rev     world.Revocation // Revoke and lost peers (revoke.go)
 
 	diag *flight.Watch // flight recorder and stall watchdog (trace.go); nil on sys
 
@@ -217,7 +218,7 @@ func (c *Comm) Close() error {
 	// (internal/flight). Not where the survivors go on (per-peer model), nor for a
 	// derived communicator, whose transport is the job's.
 	stuck := c.diag.StuckErr()
-	mayFail := c.members == nil && !c.world.survives()
+	mayFail := c.members == nil && !c.world.Survives()
 	if !mayFail {
 		stuck = nil
 	}
@@ -248,9 +249,9 @@ func (c *Comm) Close() error {
 	err := c.t.Close()
 	c.deadlines.cancelAll()
 	c.sys.deadlines.cancelAll()
-	c.world.unregister(c)
+	c.world.Unregister(c.id, (*member)(c))
 	if c.members != nil {
-		c.stopWatchingRevoke()
+		world.StopWatching(c.t, c.id)
 	}
 	if c.store != nil {
 		if serr := c.store.Close(); err == nil {
@@ -312,23 +313,16 @@ func (c *Comm) bounded(ctx context.Context) (context.Context, context.CancelFunc
 	return c.deadlines.bound(ctx, c.timeout)
 }
 
-// User communicators have id 1; the library's own (Comm.sys) has this
-// bit set as well, so its messages never match the user's.
-const (
-	userCommID = 1
-	sysCommBit = 1 << 30
-)
-
 // newComm wraps a connected transport; log is already tagged with the
 // rank.
 func newComm(t transport.Transport, timeout time.Duration, log *logging.Logger) *Comm {
-	c := &Comm{t: t, id: userCommID, timeout: timeout, pool: &collectives.Buffers{},
+	c := &Comm{t: t, id: world.UserCommID, timeout: timeout, pool: &collectives.Buffers{},
 		model: collectives.DefaultCostModel, log: log, topo: topology.OneHost(t.Size())}
-	c.sys = &Comm{t: t, id: userCommID | sysCommBit, timeout: timeout, pool: c.pool,
+	c.sys = &Comm{t: t, id: world.UserCommID | world.SysCommBit, timeout: timeout, pool: c.pool,
 		model: collectives.DefaultCostModel, topo: c.topo}
-	c.world = newWorld(t)
+	c.world = world.New(t)
 	c.sys.world = c.world
-	c.world.register(c)
+	c.world.Register(c.id, (*member)(c))
 	c.watchRevoke()
 	return c
 }
@@ -353,7 +347,7 @@ func NewComm(t transport.Transport, opts ...Option) *Comm {
 
 func newCommOptions(t transport.Transport, o options, s *config.Settings) *Comm {
 	c := newComm(t, o.Timeout, newLogger(o, s).WithRank(t.Rank()))
-	c.plans.every = s.SparseAgreeEvery
+	c.plans.Every = s.SparseAgreeEvery
 	c.startDiag(s, nil)
 	return c
 }
