@@ -21,6 +21,7 @@ type RevokedError struct {
 	Cause error
 }
 
+// Error says who revoked the communicator, or which member was lost.
 func (e *RevokedError) Error() string {
 	if e.Rank >= 0 {
 		return fmt.Sprintf("%v by rank %d", ErrRevoked, e.Rank)
@@ -100,6 +101,7 @@ func (c *Comm) watchRevoke() {
 // exporting the methods from Comm.
 type member Comm
 
+// LocalRank is the communicator's rank of job rank j, or -1.
 func (m *member) LocalRank(j int) int { return m.members.LocalRank(j) }
 
 // PeerLost revokes the communicator on this rank: a member was lost.

@@ -29,6 +29,32 @@
 // and warnings), SPARCML_DEBUG_SUBSYS which subsystems, and WithLogger
 // where to. Every SPARCML_* variable is listed, with its default, in the
 // README's table of variables.
+//
+// # The API
+//
+//   - Comm, one rank's handle on the job: Init (a process of a launched
+//     job), Local (every rank inside one process) or NewComm (over a
+//     transport connected by the caller); its methods say where the ranks
+//     run (Rank, Size, Host, LocalRanks, Transport) and make, repair and
+//     end communicators (Split, Shrink, Revoke, FailedRanks, Abort, Close).
+//   - The operations: Allreduce, ReduceScatter, Allgather, Allgatherv,
+//     Broadcast, Comm.Barrier, Send and Recv, SparseAllreduce and
+//     SparseAllgather; each has a Start form returning a Request (Wait,
+//     Test, Done; WaitAll).
+//   - Options: an Option adjusts Init, Local or NewComm (WithRank,
+//     WithAddr, WithTransport, WithTimeout, WithLogger, ...); a CallOption
+//     one operation (WithAlgo, WithQuant, WithTensor, ...).
+//   - Errors: every operation's error is an Error (rank, peer, operation,
+//     sequence number, cause); errors.Is classifies it with ErrPeerLost,
+//     ErrMismatch, ErrAborted, ErrClosed, ErrInvalid or ErrRevoked.
+//   - SparseVector, the vectors of the sparse collectives.
+//   - Compressor: top-k gradient sparsification with error feedback,
+//     reduced with SparseAllreduce.
+//
+// Besides this package, users import transport (the contract a transport
+// given to NewComm implements; transport/transporttest is its conformance
+// suite) and compress (gradient selection without communication, and the
+// configuration a Compressor takes). docs/ARCHITECTURE.md maps the rest.
 package sparcml
 
 import (
