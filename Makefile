@@ -14,10 +14,12 @@ VERBS_H := /usr/include/infiniband/verbs.h
 # Evaluated when used (after `deps` may have installed the headers).
 TAGS    ?= $(shell test -f $(VERBS_H) || echo sparcml_noverbs)
 GOFLAGS_TAGS = $(if $(TAGS),-tags $(TAGS),)
-# Packages run under the race detector: the runtime's concurrent core, and
-# the training job (ranks as goroutines over sparcml.Local in its tests) and
+# Packages run under the race detector: the runtime's concurrent core (the
+# API's machinery under internal/ included), and the training job (ranks as goroutines over sparcml.Local in its tests) and
 # its models (products split over goroutines).
-RACE_PKGS := ./transport/... ./collectives/... ./fallback/... ./internal/bootstrap/... ./sparse/... . ./train ./train/model
+RACE_PKGS := ./transport/... ./collectives/... ./fallback/... ./internal/bootstrap/... ./sparse/... . \
+	./internal/world ./internal/sparseplan ./internal/flight ./internal/startup ./internal/topology ./internal/apihook \
+	./train ./train/model
 
 .PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults lint fmt fuzz bench bench-cluster bench-train-cluster clean help
 .PHONY: lib install deps-python test-bindings
