@@ -18,7 +18,7 @@ GOFLAGS_TAGS = $(if $(TAGS),-tags $(TAGS),)
 # API's machinery under internal/ included), and the training job (ranks as goroutines over sparcml.Local in its tests) and
 # its models (products split over goroutines).
 RACE_PKGS := ./transport/... ./collectives/... ./fallback/... ./internal/bootstrap/... ./sparse/... . \
-	./internal/world ./internal/sparseplan ./internal/flight ./internal/startup ./internal/topology ./internal/apihook \
+	./internal/world ./internal/sparseplan ./internal/flight ./internal/startup ./internal/topology ./internal/deadline ./internal/apihook \
 	./train ./train/model
 
 .PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults lint fmt fuzz bench bench-cluster bench-train-cluster clean help

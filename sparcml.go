@@ -69,6 +69,7 @@ import (
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/internal/deadline"
 	"github.com/sparcml/sparcml/internal/flight"
 	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/internal/sparseplan"
@@ -152,7 +153,7 @@ type Comm struct {
 	p2pMu  sync.Mutex
 	p2pSeq map[p2pKey]uint64
 
-	deadlines sharedDeadlines // the default timeout's contexts (deadline.go)
+	deadlines deadline.Shared // the default timeout's contexts
 
 	plans sparseplan.Plans // the sparse allreduces' decisions, for reuse
 
@@ -273,8 +274,8 @@ func (c *Comm) Close() error {
 		}
 	}
 	err := c.t.Close()
-	c.deadlines.cancelAll()
-	c.sys.deadlines.cancelAll()
+	c.deadlines.CancelAll()
+	c.sys.deadlines.CancelAll()
 	c.world.Unregister(c.id, (*member)(c))
 	if c.members != nil {
 		world.StopWatching(c.t, c.id)
@@ -334,9 +335,9 @@ func (c *Comm) nextOp(ctx context.Context) (*collectives.Op, context.CancelFunc)
 // deadline of its own, and what to call when the operation ends.
 func (c *Comm) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, has := ctx.Deadline(); has || c.timeout <= 0 {
-		return ctx, noRelease
+		return ctx, deadline.NoRelease
 	}
-	return c.deadlines.bound(ctx, c.timeout)
+	return c.deadlines.Bound(ctx, c.timeout)
 }
 
 // newComm wraps a connected transport; log is already tagged with the

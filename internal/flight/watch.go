@@ -207,7 +207,9 @@ type StallError struct {
 	report string
 }
 
+// Error is the operation's error, then the report.
 func (e *StallError) Error() string { return e.err.Error() + "; " + e.report }
+// Unwrap gives the operation's error to errors.Is and As.
 func (e *StallError) Unwrap() error { return e.err }
 
 // Report is the report of which ranks are late.
