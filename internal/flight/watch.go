@@ -209,6 +209,7 @@ type StallError struct {
 
 // Error is the operation's error, then the report.
 func (e *StallError) Error() string { return e.err.Error() + "; " + e.report }
+
 // Unwrap gives the operation's error to errors.Is and As.
 func (e *StallError) Unwrap() error { return e.err }
 
