@@ -356,10 +356,12 @@ func newComm(t transport.Transport, timeout time.Duration, log *logging.Logger) 
 
 // NewComm makes a communicator over an already connected transport, for
 // embedding sparcml in a runtime that sets up its own connections (and for
-// tests over transport.NewInMemory). Of the environment it reads only
-// SPARCML_DEBUG and SPARCML_DEBUG_SUBSYS; if any SPARCML_* variable is
-// invalid it logs the error as a warning and uses the defaults (Local
-// returns that error instead).
+// tests over transport.NewInMemory). Of the environment it uses only the
+// log's variables (SPARCML_DEBUG, SPARCML_DEBUG_SUBSYS), the flight
+// recorder's (SPARCML_FLIGHT_OPS, SPARCML_DUMP_DIR) and
+// SPARCML_SPARSE_AGREE_EVERY; the timeout is WithTimeout's alone. If any
+// SPARCML_* variable is invalid it logs the error as a warning and uses
+// the defaults (Local returns that error instead).
 func NewComm(t transport.Transport, opts ...Option) *Comm {
 	s, err := config.Load(os.Getenv)
 	if err != nil {
@@ -381,9 +383,10 @@ func newCommOptions(t transport.Transport, o options, s *config.Settings) *Comm 
 
 // Local starts a job of size ranks inside this process, connected by the
 // in-memory transport: useful for examples, tests and single-process
-// experiments. Of the environment it reads only SPARCML_DEBUG and
-// SPARCML_DEBUG_SUBSYS, and fails if any SPARCML_* variable is invalid.
-// Close every communicator when done.
+// experiments. Of the environment it uses only the variables NewComm
+// uses and SPARCML_ON_PEER_LOSS (unless WithOnPeerLoss is given), and it
+// fails if any SPARCML_* variable is invalid. Close every communicator
+// when done.
 func Local(size int, opts ...Option) ([]*Comm, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("sparcml: %w: job size %d < 1", ErrInvalid, size)
