@@ -5,16 +5,21 @@ GO      ?= go
 BIN     := bin/sparcml
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)
+# The one source of the build's version (internal/version): the library's
+# start-up line, `sparcml version` and sparcml_build_version report it.
+VERSION_LDFLAGS := -X github.com/sparcml/sparcml/internal/version.Version=$(VERSION) -X github.com/sparcml/sparcml/internal/version.Commit=$(COMMIT)
 # Without libibverbs headers the verbs package builds as a stub and the
 # TCP transport is the only one.
 VERBS_H := /usr/include/infiniband/verbs.h
 # Evaluated when used (after `deps` may have installed the headers).
 TAGS    ?= $(shell test -f $(VERBS_H) || echo sparcml_noverbs)
 GOFLAGS_TAGS = $(if $(TAGS),-tags $(TAGS),)
-# Packages run under the race detector: the runtime's concurrent core, and
-# the training job (ranks as goroutines over sparcml.Local in its tests) and
+# Packages run under the race detector: the runtime's concurrent core (the
+# API's machinery under internal/ included), and the training job (ranks as goroutines over sparcml.Local in its tests) and
 # its models (products split over goroutines).
-RACE_PKGS := ./transport/... ./collectives/... ./fallback/... ./internal/bootstrap/... ./sparse/... . ./train ./train/model
+RACE_PKGS := ./transport/... ./collectives/... ./fallback/... ./internal/bootstrap/... ./sparse/... . \
+	./internal/world ./internal/sparseplan ./internal/flight ./internal/startup ./internal/topology ./internal/deadline ./internal/apihook \
+	./train ./train/model
 
 .PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults lint fmt fuzz bench bench-cluster bench-train-cluster clean help
 .PHONY: lib install deps-python test-bindings
@@ -45,7 +50,7 @@ deps-mpi:
 
 build: deps
 	@mkdir -p bin
-	$(GO) build $(GOFLAGS_TAGS) -ldflags "-X main.version=$(VERSION) -X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/sparcml
+	$(GO) build $(GOFLAGS_TAGS) -ldflags "$(VERSION_LDFLAGS)" -o $(BIN) ./cmd/sparcml
 
 # The training part of the demo: the MLP on a fifth of Fashion-MNIST for
 # 2 epochs, each variant on the same data and seed (a short run: the
@@ -161,7 +166,7 @@ lib: deps
 	@mkdir -p $(LIBDIR)
 	@capi/exports.sh include/sparcml.h > $(LIBDIR)/sparcml.map
 	$(GO) build $(GOFLAGS_TAGS) -buildmode=c-shared \
-		-ldflags '-extldflags "-Wl,--version-script=$(CURDIR)/$(LIBDIR)/sparcml.map -Wl,-soname,libsparcml.so.$(ABI_MAJOR)"' \
+		-ldflags '$(VERSION_LDFLAGS) -extldflags "-Wl,--version-script=$(CURDIR)/$(LIBDIR)/sparcml.map -Wl,-soname,libsparcml.so.$(ABI_MAJOR)"' \
 		-o $(LIBSO) ./capi
 	@rm -f $(LIBDIR)/libsparcml.h # cgo's own header: the ABI is include/sparcml.h
 	@ln -sf libsparcml.so $(LIBDIR)/libsparcml.so.$(ABI_MAJOR)
@@ -192,7 +197,7 @@ test-bindings: build lib deps-python
 		-L$(LIBDIR) -lsparcml -lm -Wl,-rpath,$(CURDIR)/$(LIBDIR)
 	echo "#include <sparcml.h>" | c++ -std=c++11 -Wall -Werror -Iinclude -x c++ -fsyntax-only - # the header in C++
 	@echo "== C ABI: every collective and every bad call, 3 ranks under sparcml run =="
-	$(BINDINGS_ENV) $(BIN) run -n 3 --timeout 5m -- $(CTEST)
+	CTEST_BUILD_VERSION=$(VERSION) $(BINDINGS_ENV) $(BIN) run -n 3 --timeout 5m -- $(CTEST)
 	@echo "== C ABI: sparcml_init_with, 2 ranks started by hand =="
 	capi/ctest/run-explicit.sh $(CTEST) 2
 	@echo "== make install and the C example, built through pkg-config =="

@@ -109,10 +109,6 @@ func (z *Compressor[T]) Config() CompressorConfig { return z.cfg }
 // must pass the same.
 func (z *Compressor[T]) SetEpoch(epoch float64) { z.sp.SetEpoch(epoch) }
 
-// Sparsifier gives access to the local state: the residual, the
-// velocity, the density of the next step.
-func (z *Compressor[T]) Sparsifier() *compress.Sparsifier[T] { return z.sp }
-
 // CompressStats describes one reduction on this rank.
 type CompressStats struct {
 	// StepInfo is the local selection: density (after warm-up), the

@@ -494,7 +494,7 @@ func TestCompressorFailureKeepsResidual(t *testing.T) {
 		if _, err := z.Reduce(cancelled, slices.Clone(g)); err == nil {
 			return errors.New("a cancelled reduction succeeded")
 		}
-		if !slices.Equal(g, z.Sparsifier().Residual()) {
+		if !slices.Equal(g, z.sp.Residual()) {
 			return errors.New("the residual lost the entries of the failed step")
 		}
 		return nil
@@ -543,5 +543,31 @@ func TestCompressorEdgeValues(t *testing.T) {
 				t.Fatalf("rank %d: entry %d is %v, nothing was sent there", r, i, v)
 			}
 		}
+	}
+}
+
+// ExampleCompressor's residual: what rank 0 did not send, its entries
+// other than the two largest.
+func TestCompressorExampleResidual(t *testing.T) {
+	comms := localJob(t, 2)
+	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+		z, err := NewCompressor[float32](c, 8, CompressorConfig{Sparsify: compress.Config{Density: 0.25}})
+		if err != nil {
+			return err
+		}
+		grad := []float32{1, -8, 2, 0, 3, 0, 0, 4}
+		if c.Rank() == 1 {
+			grad = []float32{0, 2, 0, 6, 1, 0, 0, -5}
+		}
+		if _, err := z.Reduce(ctx, grad); err != nil {
+			return err
+		}
+		if want := []float32{1, 0, 2, 0, 3, 0, 0, 0}; c.Rank() == 0 && !slices.Equal(z.sp.Residual(), want) {
+			return fmt.Errorf("residual %v, want %v", z.sp.Residual(), want)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
 	}
 }

@@ -3,9 +3,20 @@ package sparcml
 import (
 	"context"
 	"fmt"
+
+	"github.com/sparcml/sparcml/compress"
+	"github.com/sparcml/sparcml/internal/apihook"
 )
 
-// FailNext fails the next operation on every rank with err, without
+// The C ABI's hooks (internal/apihook): failing one rank's next operation
+// on every rank, and reading a Compressor's residual.
+func init() {
+	apihook.Set((*Comm).failNext)
+	apihook.Set(sparsifierOf[float32])
+	apihook.Set(sparsifierOf[float64])
+}
+
+// failNext fails the next operation on every rank with err, without
 // running it: it takes the sequence number the next collective started on
 // c would get, so the other ranks' collective at that point of the start
 // order fails at once with an error naming this rank and err, instead of
@@ -14,7 +25,7 @@ import (
 // null buffer or an unsupported element type on one rank only. It returns
 // the error this rank reports: an *Error naming kind as the operation and
 // wrapping err. The communicator stays usable.
-func (c *Comm) FailNext(kind string, err error) error {
+func (c *Comm) failNext(kind string, err error) error {
 	if uerr := c.usable(kind); uerr != nil {
 		return uerr
 	}
@@ -28,3 +39,7 @@ func (c *Comm) FailNext(kind string, err error) error {
 	}
 	return &Error{Rank: c.Rank(), Peer: -1, Op: kind, Seq: op.Seq, Err: err}
 }
+
+// sparsifierOf is z's local state: the residual, the velocity, the
+// density of the next step.
+func sparsifierOf[T Float](z *Compressor[T]) *compress.Sparsifier[T] { return z.sp }

@@ -28,7 +28,7 @@ func TestFailNextFailsTheOperationOnEveryRank(t *testing.T) {
 	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
 		data := make([]float32, 1000)
 		if c.Rank() == bad {
-			return c.FailNext("allreduce", reason)
+			return c.failNext("allreduce", reason)
 		}
 		return Allreduce(ctx, c, data, Sum)
 	})
@@ -73,5 +73,5 @@ func TestFailNextOnAClosedComm(t *testing.T) {
 	for _, c := range comms {
 		c.Close()
 	}
-	assert.ErrorIs(t, comms[0].FailNext("allreduce", errors.New("x")), ErrClosed)
+	assert.ErrorIs(t, comms[0].failNext("allreduce", errors.New("x")), ErrClosed)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparcml/sparcml/internal/topology"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,7 +17,7 @@ func localOnHosts(t *testing.T, hostOf []int) []*Comm {
 	comms, err := Local(len(hostOf))
 	require.NoError(t, err)
 	for _, c := range comms {
-		c.topo = newTopology(hostOf)
+		c.topo = topology.New(hostOf)
 	}
 	t.Cleanup(func() {
 		for _, c := range comms {

@@ -4,30 +4,22 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/startup"
 )
 
 // Option adjusts Init, NewComm or Local. Options override the environment.
 type Option func(*options)
 
-// options are what the Options set; the zero value of each field (or its
-// set flag) means "from the environment, else the default".
+// options are what the Options set: Init's (startup.Options) and the
+// logger's.
 type options struct {
-	rank, size     int // -1: not set
-	addr           string
-	token          string
-	ifname         string
-	transport      string
-	timeout        time.Duration
-	timeoutSet     bool
-	initTimeout    time.Duration
-	initTimeoutSet bool
-	sink           logging.Sink
-	sinkSet        bool
-	onPeerLoss     string // "": SPARCML_ON_PEER_LOSS
+	startup.Options
+	sink    logging.Sink
+	sinkSet bool
 }
 
 func newOptions(opts []Option) options {
-	o := options{rank: -1, size: -1}
+	o := options{Options: startup.Options{Rank: -1, Size: -1}}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -37,20 +29,20 @@ func newOptions(opts []Option) options {
 // WithRank sets this process's rank and the job size instead of reading
 // them from the launcher's environment.
 func WithRank(rank, size int) Option {
-	return func(o *options) { o.rank, o.size = rank, size }
+	return func(o *options) { o.Rank, o.Size = rank, size }
 }
 
 // WithAddr sets the rendezvous address (host:port of rank 0's store), as
 // SPARCML_ADDR does.
-func WithAddr(addr string) Option { return func(o *options) { o.addr = addr } }
+func WithAddr(addr string) Option { return func(o *options) { o.Addr = addr } }
 
 // WithToken sets the job secret every connection is authenticated with, as
 // SPARCML_TOKEN does. All ranks must use the same token.
-func WithToken(token string) Option { return func(o *options) { o.token = token } }
+func WithToken(token string) Option { return func(o *options) { o.Token = token } }
 
 // WithInterface selects the network interface(s) to use, as SPARCML_IFNAME
 // does (NCCL_SOCKET_IFNAME syntax: "eth0", "^docker,lo", "=ib0").
-func WithInterface(ifname string) Option { return func(o *options) { o.ifname = ifname } }
+func WithInterface(ifname string) Option { return func(o *options) { o.IfName = ifname } }
 
 // WithTransport selects the transports, as SPARCML_TRANSPORT does:
 // "auto" (shared memory between the ranks of a host; between hosts RDMA
@@ -58,21 +50,21 @@ func WithInterface(ifname string) Option { return func(o *options) { o.ifname = 
 // memory only: Init fails unless every rank is on one host), "tcp" or
 // "rdma" (that transport between every pair of ranks). Rank 0's choice
 // holds for the whole job.
-func WithTransport(name string) Option { return func(o *options) { o.transport = name } }
+func WithTransport(name string) Option { return func(o *options) { o.Transport = name } }
 
 // WithTimeout sets the default deadline of every operation whose context
 // has none, as SPARCML_TIMEOUT does; 0 disables it. An operation gets at
 // least d and at most d/64 (a second at most) more: operations started
 // close together share one deadline, which spares a timer per operation.
 func WithTimeout(d time.Duration) Option {
-	return func(o *options) { o.timeout, o.timeoutSet = d, true }
+	return func(o *options) { o.Timeout, o.TimeoutSet = d, true }
 }
 
 // WithInitTimeout bounds Init (rendezvous and connection set-up) when ctx
 // has no deadline, as SPARCML_INIT_TIMEOUT does (default 2 minutes); 0
 // leaves Init bounded by ctx alone.
 func WithInitTimeout(d time.Duration) Option {
-	return func(o *options) { o.initTimeout, o.initTimeoutSet = d, true }
+	return func(o *options) { o.InitTimeout, o.InitTimeoutSet = d, true }
 }
 
 // WithLogger sends the library's log lines to logf instead of stderr, one

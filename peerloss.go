@@ -2,9 +2,9 @@ package sparcml
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/internal/startup"
 )
 
 // WithOnPeerLoss chooses what a lost rank does to the others, instead of
@@ -16,34 +16,23 @@ import (
 // or the in-memory transport: under SPARCML_TRANSPORT=auto it picks TCP
 // for every peer, shared memory within a host included.
 func WithOnPeerLoss(mode string) Option {
-	return func(o *options) { o.onPeerLoss = mode }
-}
-
-// peerLossMode is WithOnPeerLoss's mode, else SPARCML_ON_PEER_LOSS's.
-func peerLossMode(o options, s *config.Settings) string {
-	if o.onPeerLoss != "" {
-		return strings.ToLower(o.onPeerLoss)
-	}
-	return s.OnPeerLoss
+	return func(o *options) { o.OnPeerLoss = mode }
 }
 
 // setPeerLoss switches the job's transport to the per-peer failure model
 // when asked to.
 func (c *Comm) setPeerLoss(o options, s *config.Settings) error {
-	switch mode := peerLossMode(o, s); mode {
+	switch mode := startup.PeerLossMode(o.Options, s); mode {
 	case "", "abort":
 		return nil
 	case "revoke":
 	default:
-		return fmt.Errorf("sparcml: %w: WithOnPeerLoss(%q): want abort or revoke", ErrInvalid, o.onPeerLoss)
+		return fmt.Errorf("sparcml: %w: WithOnPeerLoss(%q): want abort or revoke", ErrInvalid, o.OnPeerLoss)
 	}
 	survive := c.t.Caps().Survive
 	if survive == nil {
 		return fmt.Errorf("sparcml: rank %d: %w: SPARCML_ON_PEER_LOSS=revoke needs the TCP or in-memory transport, not %s", c.Rank(), ErrInvalid, c.t.Name())
 	}
-	survive(c.world.peerLost)
-	c.world.mu.Lock()
-	c.world.perPeer = true
-	c.world.mu.Unlock()
+	c.world.Survive(survive)
 	return nil
 }

@@ -231,7 +231,7 @@ func (c *Comm) usable(kind string) error {
 	if c.closed.Load() {
 		return fmt.Errorf("sparcml: rank %d: %s: %w", c.Rank(), kind, transport.ErrClosed)
 	}
-	if err := c.rev.err(); err != nil {
+	if err := c.rev.Err(); err != nil {
 		return fmt.Errorf("sparcml: rank %d: %s: %w", c.Rank(), kind, err)
 	}
 	return nil

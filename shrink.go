@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/sparcml/sparcml/internal/world"
 )
 
 // Shrink returns a new communicator of c's ranks minus exclude (ranks of
@@ -36,11 +38,7 @@ func (c *Comm) Shrink(ctx context.Context, exclude []int) (*Comm, error) {
 			survivors = append(survivors, r)
 		}
 	}
-	c.rev.mu.Lock()
-	c.shrinks++
-	n := c.shrinks
-	c.rev.mu.Unlock()
-	sub, err := c.derive(deriveID(c.id, "shrink", n, 0), survivors)
+	sub, err := c.derive(world.DeriveID(c.id, "shrink", c.rev.NextShrink(), 0), survivors)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,32 @@
 // and warnings), SPARCML_DEBUG_SUBSYS which subsystems, and WithLogger
 // where to. Every SPARCML_* variable is listed, with its default, in
 // docs/CONFIGURATION.md.
+//
+// # The API
+//
+//   - Comm, one rank's handle on the job: Init (a process of a launched
+//     job), Local (every rank inside one process) or NewComm (over a
+//     transport connected by the caller); its methods say where the ranks
+//     run (Rank, Size, Host, LocalRanks, Transport) and make, repair and
+//     end communicators (Split, Shrink, Revoke, FailedRanks, Abort, Close).
+//   - The operations: Allreduce, ReduceScatter, Allgather, Allgatherv,
+//     Broadcast, Comm.Barrier, Send and Recv, SparseAllreduce and
+//     SparseAllgather; each has a Start form returning a Request (Wait,
+//     Test, Done; WaitAll).
+//   - Options: an Option adjusts Init, Local or NewComm (WithRank,
+//     WithAddr, WithTransport, WithTimeout, WithLogger, ...); a CallOption
+//     one operation (WithAlgo, WithQuant, WithTensor, ...).
+//   - Errors: every operation's error is an Error (rank, peer, operation,
+//     sequence number, cause); errors.Is classifies it with ErrPeerLost,
+//     ErrMismatch, ErrAborted, ErrClosed, ErrInvalid or ErrRevoked.
+//   - SparseVector, the vectors of the sparse collectives.
+//   - Compressor: top-k gradient sparsification with error feedback,
+//     reduced with SparseAllreduce.
+//
+// Besides this package, users import transport (the contract a transport
+// given to NewComm implements; transport/transporttest is its conformance
+// suite) and compress (gradient selection without communication, and the
+// configuration a Compressor takes). docs/ARCHITECTURE.md maps the rest.
 package sparcml
 
 import (
@@ -43,7 +69,12 @@ import (
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/internal/deadline"
+	"github.com/sparcml/sparcml/internal/flight"
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/sparseplan"
+	"github.com/sparcml/sparcml/internal/topology"
+	"github.com/sparcml/sparcml/internal/world"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -107,7 +138,7 @@ type Comm struct {
 	model   collectives.CostModel
 	store   bootstrap.Store
 	log     *logging.Logger
-	topo    topology // the host of every rank (topology.go)
+	topo    topology.Topology // the host of every rank
 
 	// sys is the library's own communicator over the same transport,
 	// with its own sequence numbers, for start-up calibration and the
@@ -124,19 +155,18 @@ type Comm struct {
 	p2pMu  sync.Mutex
 	p2pSeq map[p2pKey]uint64
 
-	deadlines sharedDeadlines // the default timeout's contexts (deadline.go)
+	deadlines deadline.Shared // the default timeout's contexts
 
-	plans sparsePlans // the sparse allreduces' decisions, for reuse (sparseplan.go)
+	plans sparseplan.Plans // the sparse allreduces' decisions, for reuse
 
 	// world is the state shared by every communicator over the job's
-	// transport (split.go); members maps this communicator's ranks to
-	// the transport's, nil for the job's own communicator.
-	world   *world
-	members []int
-	rev     revocation // Revoke and lost peers (revoke.go)
-	shrinks uint64     // Shrink calls so far, under rev.mu
+	// transport; members maps this communicator's ranks to the
+	// transport's, nil for the job's own communicator.
+	world   *world.World
+	members world.Members
+	rev     world.Revocation // Revoke and lost peers (revoke.go)
 
-	diag *diag // flight recorder and stall watchdog (stall.go); nil on sys
+	diag *flight.Watch // flight recorder and stall watchdog (trace.go); nil on sys
 
 	closed atomic.Bool
 }
@@ -214,10 +244,10 @@ func (c *Comm) Close() error {
 	// After a timed-out operation (the transport is still up), or one that
 	// failed for another rank's loss, the other ranks may never reach
 	// Close: do not wait for them, and tell them why this rank goes
-	// (stall.go). Not where the survivors go on (per-peer model), nor for a
+	// (internal/flight). Not where the survivors go on (per-peer model), nor for a
 	// derived communicator, whose transport is the job's.
-	stuck := c.diag.stuckErr()
-	mayFail := c.members == nil && !c.world.survives()
+	stuck := c.diag.StuckErr()
+	mayFail := c.members == nil && !c.world.Survives()
 	if !mayFail {
 		stuck = nil
 	}
@@ -230,7 +260,7 @@ func (c *Comm) Close() error {
 		// Best effort: a dead or absent rank only delays Close; one lost
 		// meanwhile is a cause the peers must hear of, as after an
 		// operation.
-		if err := c.sys.Barrier(ctx); err != nil && lostElsewhere(err) && mayFail {
+		if err := c.sys.Barrier(ctx); err != nil && flight.LostElsewhere(err) && mayFail {
 			stuck = err
 		}
 		cancel()
@@ -238,7 +268,7 @@ func (c *Comm) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	c.diag.stop()
+	c.diag.Stop()
 	if stuck != nil {
 		c.failBeforeClose(stuck)
 		if c.store != nil {
@@ -246,11 +276,11 @@ func (c *Comm) Close() error {
 		}
 	}
 	err := c.t.Close()
-	c.deadlines.cancelAll()
-	c.sys.deadlines.cancelAll()
-	c.world.unregister(c)
+	c.deadlines.CancelAll()
+	c.sys.deadlines.CancelAll()
+	c.world.Unregister(c.id, (*member)(c))
 	if c.members != nil {
-		c.stopWatchingRevoke()
+		world.StopWatching(c.t, c.id)
 	}
 	if c.store != nil {
 		if serr := c.store.Close(); err == nil {
@@ -282,9 +312,9 @@ func closeCause(err error) error {
 	if !errors.As(err, &te) {
 		return err
 	}
-	var se *stallError
+	var se *flight.StallError
 	if errors.As(err, &se) {
-		return fmt.Errorf("%w; %s", te.Err, se.report)
+		return fmt.Errorf("%w; %s", te.Err, se.Report())
 	}
 	return te.Err
 }
@@ -307,38 +337,33 @@ func (c *Comm) nextOp(ctx context.Context) (*collectives.Op, context.CancelFunc)
 // deadline of its own, and what to call when the operation ends.
 func (c *Comm) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, has := ctx.Deadline(); has || c.timeout <= 0 {
-		return ctx, noRelease
+		return ctx, deadline.NoRelease
 	}
-	return c.deadlines.bound(ctx, c.timeout)
+	return c.deadlines.Bound(ctx, c.timeout)
 }
-
-// User communicators have id 1; the library's own (Comm.sys) has this
-// bit set as well, so its messages never match the user's.
-const (
-	userCommID = 1
-	sysCommBit = 1 << 30
-)
 
 // newComm wraps a connected transport; log is already tagged with the
 // rank.
 func newComm(t transport.Transport, timeout time.Duration, log *logging.Logger) *Comm {
-	c := &Comm{t: t, id: userCommID, timeout: timeout, pool: &collectives.Buffers{},
-		model: collectives.DefaultCostModel, log: log, topo: oneHost(t.Size())}
-	c.sys = &Comm{t: t, id: userCommID | sysCommBit, timeout: timeout, pool: c.pool,
+	c := &Comm{t: t, id: world.UserCommID, timeout: timeout, pool: &collectives.Buffers{},
+		model: collectives.DefaultCostModel, log: log, topo: topology.OneHost(t.Size())}
+	c.sys = &Comm{t: t, id: world.UserCommID | world.SysCommBit, timeout: timeout, pool: c.pool,
 		model: collectives.DefaultCostModel, topo: c.topo}
-	c.world = newWorld(t)
+	c.world = world.New(t)
 	c.sys.world = c.world
-	c.world.register(c)
+	c.world.Register(c.id, (*member)(c))
 	c.watchRevoke()
 	return c
 }
 
 // NewComm makes a communicator over an already connected transport, for
 // embedding sparcml in a runtime that sets up its own connections (and for
-// tests over transport.NewInMemory). Of the environment it reads only
-// SPARCML_DEBUG and SPARCML_DEBUG_SUBSYS; if any SPARCML_* variable is
-// invalid it logs the error as a warning and uses the defaults (Local
-// returns that error instead).
+// tests over transport.NewInMemory). Of the environment it uses only the
+// log's variables (SPARCML_DEBUG, SPARCML_DEBUG_SUBSYS), the flight
+// recorder's (SPARCML_FLIGHT_OPS, SPARCML_DUMP_DIR) and
+// SPARCML_SPARSE_AGREE_EVERY; the timeout is WithTimeout's alone. If any
+// SPARCML_* variable is invalid it logs the error as a warning and uses
+// the defaults (Local returns that error instead).
 func NewComm(t transport.Transport, opts ...Option) *Comm {
 	s, err := config.Load(os.Getenv)
 	if err != nil {
@@ -352,17 +377,18 @@ func NewComm(t transport.Transport, opts ...Option) *Comm {
 }
 
 func newCommOptions(t transport.Transport, o options, s *config.Settings) *Comm {
-	c := newComm(t, o.timeout, newLogger(o, s).WithRank(t.Rank()))
-	c.plans.every = s.SparseAgreeEvery
+	c := newComm(t, o.Timeout, newLogger(o, s).WithRank(t.Rank()))
+	c.plans.Every = s.SparseAgreeEvery
 	c.startDiag(s, nil)
 	return c
 }
 
 // Local starts a job of size ranks inside this process, connected by the
 // in-memory transport: useful for examples, tests and single-process
-// experiments. Of the environment it reads only SPARCML_DEBUG and
-// SPARCML_DEBUG_SUBSYS, and fails if any SPARCML_* variable is invalid.
-// Close every communicator when done.
+// experiments. Of the environment it uses only the variables NewComm
+// uses and SPARCML_ON_PEER_LOSS (unless WithOnPeerLoss is given), and it
+// fails if any SPARCML_* variable is invalid. Close every communicator
+// when done.
 func Local(size int, opts ...Option) ([]*Comm, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("sparcml: %w: job size %d < 1", ErrInvalid, size)

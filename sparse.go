@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/internal/sparseplan"
 	"github.com/sparcml/sparcml/transport"
 )
 
@@ -113,13 +114,13 @@ func StartSparseAllreduce[T Float](ctx context.Context, c *Comm, in, out *Sparse
 	return r
 }
 
-func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], red ReduceOp, st *SparseStats, tk planTicket) opFunc {
+func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], red ReduceOp, st *SparseStats, tk sparseplan.Ticket) opFunc {
 	return func(op *collectives.Op, cc callConfig) (Algo, error) {
-		defer tk.keep(nil) // a call that made no plan
+		defer tk.Keep(nil) // a call that made no plan
 		if cc.agreeEvery < 0 {
 			return cc.algo, op.Fail(fmt.Errorf("%w: WithTensor takes one interval of at least 1 call", ErrInvalid))
 		}
-		plan, err := tk.plan(op.Ctx)
+		plan, err := tk.Plan(op.Ctx)
 		if err != nil {
 			return cc.algo, op.Fail(err)
 		}
@@ -127,23 +128,25 @@ func sparseAllreduceFn[T Float](c *Comm, in, out *SparseVector[T], red ReduceOp,
 			Reduce: red, Algo: cc.algo, Model: c.model, Balanced: cc.balanced, DenseOut: cc.denseOut,
 			Quant: cc.quant, QuantSeed: quantSeed(op.Rank(), op.Seq), Indices: cc.indices, Plan: plan,
 		})
-		tk.keep(s.Plan)
+		tk.Keep(s.Plan)
 		*st = s
 		return s.Algo, err
 	}
 }
 
 // sparseTicket takes a sparse allreduce's turn in the communicator's plans
-// (sparseplan.go), in start order; none when the call will not run.
-func sparseTicket[T Float](c *Comm, in *SparseVector[T], red ReduceOp, opts []CallOption) planTicket {
+// (internal/sparseplan), in start order; none when the call will not run.
+func sparseTicket[T Float](c *Comm, in *SparseVector[T], red ReduceOp, opts []CallOption) sparseplan.Ticket {
 	if in == nil || c.usable("sparse-allreduce") != nil {
-		return planTicket{}
+		return sparseplan.Ticket{}
 	}
 	cc := c.callConfig(opts)
 	if cc.agreeEvery < 0 {
-		return planTicket{}
+		return sparseplan.Ticket{}
 	}
-	return c.plans.ticket(sparseKeyOf[T](in.Dim, red, cc), cc.tagged)
+	key := sparseplan.Key{Tensor: cc.tensor, Dim: in.Dim, DType: collectives.DTypeOf[T](), Red: red, Algo: cc.algo,
+		Balanced: cc.balanced, Quant: cc.quant, Indices: cc.indices, Every: cc.agreeEvery}
+	return c.plans.Ticket(key, cc.tagged)
 }
 
 // SparseAllgather delivers every rank's sparse vector to every rank: on

@@ -2,13 +2,13 @@ package sparcml
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/internal/sparseplan"
+	"github.com/sparcml/sparcml/internal/world"
 )
 
 // Split partitions c into sub-communicators, as MPI_Comm_split and
@@ -60,23 +60,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		}
 		return a - b
 	})
-	return c.derive(deriveID(c.id, "split", req.Seq(), uint64(uint32(color))), group)
-}
-
-// deriveID is the id of a communicator derived from parent by the
-// operation what at sequence number seq of the parent's library
-// communicator, with salt telling apart the communicators one operation
-// makes: every rank computes the same id with no further messages. The
-// id never has sysCommBit set and is never the job's own id.
-func deriveID(parent uint32, what string, seq, salt uint64) uint32 {
-	h := fnv.New32a()
-	var b [20]byte
-	binary.LittleEndian.PutUint32(b[0:], parent)
-	binary.LittleEndian.PutUint64(b[4:], seq)
-	binary.LittleEndian.PutUint64(b[12:], salt)
-	h.Write([]byte(what))
-	h.Write(b[:])
-	return h.Sum32()%(sysCommBit-2) + 2
+	return c.derive(world.DeriveID(c.id, "split", req.Seq(), uint64(uint32(color))), group)
 }
 
 // derive makes the communicator of c's ranks group (in their new order),
@@ -86,22 +70,22 @@ func (c *Comm) derive(id uint32, group []int) (*Comm, error) {
 	if me < 0 {
 		return nil, fmt.Errorf("sparcml: rank %d: %w: not a member of the new communicator", c.Rank(), ErrInvalid)
 	}
-	members := make([]int, len(group))
+	members := make(world.Members, len(group))
 	for i, r := range group {
-		members[i] = c.jobRank(r)
+		members[i] = c.members.JobRank(r)
 	}
-	t := &subTransport{root: c.world.t, members: members, rank: me}
+	t := world.NewSubTransport(c.world.Transport(), members, me)
 	pool := &collectives.Buffers{}
-	topo := subTopology(c.topo, group)
+	topo := c.topo.Sub(group)
 	n := &Comm{t: t, id: id, timeout: c.timeout, pool: pool, model: c.model,
-		log: c.log, world: c.world, members: members, topo: topo, plans: sparsePlans{every: c.plans.every}}
-	n.sys = &Comm{t: t, id: id | sysCommBit, timeout: c.timeout, pool: pool, model: c.model,
+		log: c.log, world: c.world, members: members, topo: topo, plans: sparseplan.Plans{Every: c.plans.Every}}
+	n.sys = &Comm{t: t, id: id | world.SysCommBit, timeout: c.timeout, pool: pool, model: c.model,
 		log: c.log, world: c.world, members: members, topo: topo}
-	if !c.world.register(n) {
+	if !c.world.Register(id, (*member)(n)) {
 		return nil, fmt.Errorf("sparcml: rank %d: communicator id %d is in use on this rank (a hash collision): derive it again", c.Rank(), id)
 	}
 	n.watchRevoke()
-	if err := c.world.lostMember(n); err != nil {
+	if err := c.world.LostMember(members); err != nil {
 		n.revokeLocal(&RevokedError{Rank: -1, Cause: err})
 	}
 	return n, nil

@@ -199,13 +199,3 @@ func TestSplitInvalidKeyFailsEveryRank(t *testing.T) {
 		assert.Contains(t, err.Error(), "rank 1 passed", "rank %d", r)
 	}
 }
-
-// A sub-communicator's hosts are its members' hosts, renumbered in the
-// order of their lowest new rank.
-func TestSubTopology(t *testing.T) {
-	parent := newTopology([]int{0, 0, 1, 1, 2, 2})
-	sub := subTopology(parent, []int{5, 2, 3, 0})
-	assert.Equal(t, []int{0, 1, 1, 2}, sub.hostOf)
-	assert.Equal(t, 3, sub.hosts)
-	assert.Equal(t, []int{1, 2}, sub.ranksOn(1))
-}

@@ -1,61 +1,51 @@
 package sparcml
 
 import (
-	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/config"
+	"github.com/sparcml/sparcml/internal/flight"
 	"github.com/sparcml/sparcml/internal/logging"
-	"github.com/sparcml/sparcml/transport"
 )
 
-// traced returns fn unchanged unless SPARCML_DEBUG=TRACE covers the coll
-// subsystem; then it returns fn wrapped to log one line when the
-// operation ends: kind, sequence number, size, algorithm, time and the
-// bytes this rank sent for it. Off, it costs one comparison per operation.
+// traced returns fn wrapped for the flight recorder and, when
+// SPARCML_DEBUG=TRACE covers the coll subsystem, to log one line when the
+// operation ends (flight.TraceLine). Off, TRACE costs one comparison per
+// operation.
 func (c *Comm) traced(kind string, fn opFunc) opFunc {
-	fn = c.recorded(kind, fn) // the flight recorder (stall.go)
+	fn = c.recorded(kind, fn)
 	if !c.log.Enabled(logging.Trace, logging.Coll) {
 		return fn
 	}
 	return func(op *collectives.Op, cc callConfig) (Algo, error) {
-		counted := &countingTransport{Transport: op.T}
+		counted := &flight.CountingTransport{Transport: op.T}
 		op.T = counted
 		start := time.Now()
 		algo, err := fn(op, cc)
-		elapsed := time.Since(start).Round(time.Microsecond)
-		// The size is the descriptor's count (the buffer nccl-tests
-		// sizes too); sparse operations carry none, since their ranks
-		// bring different numbers of entries.
-		size := ""
-		if d := op.Desc; d.Count > 0 {
-			dt := collectives.DType(d.DType)
-			size = fmt.Sprintf("%d x %v (%d bytes), ", d.Count, dt, d.Count*uint64(dt.Size()))
-		}
-		outcome := ""
-		if err != nil {
-			outcome = ", failed: " + err.Error()
-		}
-		c.log.Tracef(logging.Coll, "%s seq %d: %salgo %v, %v, sent %d bytes%s",
-			kind, op.Seq, size, algo, elapsed, counted.sent.Load(), outcome)
+		c.log.Tracef(logging.Coll, "%s", flight.TraceLine(kind, op, algo, time.Since(start), counted.Sent(), err))
 		return algo, err
 	}
 }
 
-// countingTransport counts the payload bytes one operation sends.
-type countingTransport struct {
-	transport.Transport
-	sent atomic.Uint64
+// recorded wraps fn to record the operation in the flight recorder and,
+// when it fails, to name the late ranks (a timeout) and dump.
+func (c *Comm) recorded(kind string, fn opFunc) opFunc {
+	w := c.diag
+	if w == nil {
+		return fn
+	}
+	return func(op *collectives.Op, cc callConfig) (Algo, error) {
+		slot := w.Begin(kind, op.Seq)
+		algo, err := fn(op, cc)
+		return algo, w.End(slot, op, algo, err)
+	}
 }
 
-// Caps announces nothing: the counter wraps the transport for one
-// operation and passes on its Send, not its capabilities.
-func (t *countingTransport) Caps() transport.Capabilities { return transport.Capabilities{} }
-
-func (t *countingTransport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs ...[]byte) *transport.Request {
-	for _, b := range bufs {
-		t.sent.Add(uint64(len(b)))
-	}
-	return t.Transport.Send(peer, tag, desc, bufs...)
+// startDiag attaches the flight recorder to c and, for a job with a
+// store, starts publishing progress and watching for stalls.
+func (c *Comm) startDiag(s *config.Settings, store bootstrap.Store) {
+	c.diag = flight.Start(flight.Config{Rank: c.Rank(), Size: c.Size(), FlightOps: s.FlightOps,
+		StallWarn: s.StallWarn, DumpDir: s.DumpDir, Store: store, Log: c.log})
 }

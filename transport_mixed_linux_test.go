@@ -12,14 +12,16 @@ import (
 	"github.com/sparcml/sparcml/internal/bootstrap"
 	"github.com/sparcml/sparcml/internal/config"
 	"github.com/sparcml/sparcml/internal/logging"
+	"github.com/sparcml/sparcml/internal/startup"
+	"github.com/sparcml/sparcml/internal/topology"
 	"github.com/sparcml/sparcml/transport"
 )
 
-// connectAll runs connectTransport for every rank of topo in this
+// connectAll runs startup.ConnectTransport for every rank of topo in this
 // process, as Init would on hosts laid out as topo says.
-func connectAll(t *testing.T, topo topology, mode string) ([]transport.Transport, []error) {
+func connectAll(t *testing.T, topo topology.Topology, mode string) ([]transport.Transport, []error) {
 	t.Helper()
-	size := len(topo.hostOf)
+	size := len(topo.HostOf)
 	s, err := config.Load(func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +39,7 @@ func connectAll(t *testing.T, topo topology, mode string) ([]transport.Transport
 			defer wg.Done()
 			env := bootstrap.Env{Rank: r, Size: size, Token: []byte("mixed-test")}
 			log := logging.New(logging.PrintfSink(t.Logf), logging.Info, logging.Init).WithRank(r)
-			ts[r], errs[r] = connectTransport(ctx, options{transport: mode}, s, env, store, topo, log)
+			ts[r], errs[r] = startup.ConnectTransport(ctx, startup.Options{Transport: mode}, s, env, store, topo, log)
 		}()
 	}
 	wg.Wait()
@@ -49,7 +51,7 @@ func connectAll(t *testing.T, topo topology, mode string) ([]transport.Transport
 // over them is the sum of every rank's input, and each transport's
 // counters show what it carried.
 func TestConnectTransportMixed(t *testing.T) {
-	topo := newTopology([]int{0, 0, 1, 1})
+	topo := topology.New([]int{0, 0, 1, 1})
 	ts, errs := connectAll(t, topo, "auto")
 	comms := make([]*Comm, len(ts))
 	for r, err := range errs {
@@ -103,7 +105,7 @@ func TestConnectTransportMixed(t *testing.T) {
 
 // shm across two hosts is refused on every rank, naming the hosts.
 func TestConnectTransportShmNeedsOneHost(t *testing.T) {
-	_, errs := connectAll(t, newTopology([]int{0, 0, 1}), "shm")
+	_, errs := connectAll(t, topology.New([]int{0, 0, 1}), "shm")
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "WithTransport=shm needs every rank on one host, but the job runs on 2: host 0: ranks 0-1; host 1: rank 2") {
 			t.Errorf("rank %d: %v", r, err)

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/internal/apihook"
 )
 
 // commOf returns the Go communicator of a C handle.
@@ -108,7 +109,7 @@ func sparcmlGoFail(p *C.sparcml_comm, operation, reason *C.char) (status C.int) 
 }
 
 // failNext fails the next operation on every rank with err (see
-// Comm.FailNext) and records it as this thread's error: the path of every
+// failNextOn) and records it as this thread's error: the path of every
 // argument check of this package, so one rank's bad call fails the
 // collective everywhere. A NULL or finalized communicator only fails here.
 // The recorded status is SPARCML_ERR_INVALID unless the communicator
@@ -121,5 +122,14 @@ func failNext(p *C.sparcml_comm, op string, err error) C.int {
 	if cerr != nil {
 		return record(cerr, -1, op)
 	}
-	return record(c.FailNext(op, err), c.Rank(), op)
+	return record(failNextOn(c, op, err), c.Rank(), op)
+}
+
+// failNextOn fails c's next operation on every rank with err, without
+// running it, and returns the error this rank reports: the other ranks'
+// collective at that point of the start order fails at once, naming this
+// rank and err, instead of waiting for its deadline. The communicator
+// stays usable. Not API: the hook is package sparcml's (internal/apihook).
+func failNextOn(c *sparcml.Comm, kind string, err error) error {
+	return apihook.Get[func(*sparcml.Comm, string, error) error]()(c, kind, err)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sparcml/sparcml"
 	"github.com/sparcml/sparcml/compress"
+	"github.com/sparcml/sparcml/internal/apihook"
 )
 
 // Operation names of the compressor's calls in errors. A reduction's
@@ -187,7 +188,7 @@ func sparcmlGoCompressorReduce(h *C.sparcml_compressor, buf unsafe.Pointer, coun
 // invalid fails the reduction on every rank, in the place of the
 // collective it would have started.
 func (z *compressor) invalid(format string, args ...any) C.int {
-	return record(z.comm.FailNext(opCompressorReduce, invalidf(format, args...)), z.comm.Rank(), opCompressorReduce)
+	return record(failNextOn(z.comm, opCompressorReduce, invalidf(format, args...)), z.comm.Rank(), opCompressorReduce)
 }
 
 //export sparcmlGoCompressorResidual
@@ -205,9 +206,9 @@ func sparcmlGoCompressorResidual(h *C.sparcml_compressor, out unsafe.Pointer, co
 		return record(invalidf("out is NULL (count %d)", uint64(count)), z.comm.Rank(), op)
 	}
 	if z.f32 != nil {
-		residual(unsafe.Slice((*float32)(out), z.count), z.f32.Sparsifier().Residual())
+		residual(unsafe.Slice((*float32)(out), z.count), apihook.Get[func(*sparcml.Compressor[float32]) *compress.Sparsifier[float32]]()(z.f32).Residual())
 	} else {
-		residual(unsafe.Slice((*float64)(out), z.count), z.f64.Sparsifier().Residual())
+		residual(unsafe.Slice((*float64)(out), z.count), apihook.Get[func(*sparcml.Compressor[float64]) *compress.Sparsifier[float64]]()(z.f64).Residual())
 	}
 	return statusOK
 }

@@ -14,7 +14,7 @@
 // of the calling thread in sparcml.c's thread-local record (a cgo call from
 // Go runs on the thread that called into Go, so the record is the C
 // caller's). Arguments found invalid here fail the operation on every
-// rank too (Comm.FailNext), so one bad rank never leaves the others
+// rank too (failNextOn), so one bad rank never leaves the others
 // waiting for their deadline.
 package main
 

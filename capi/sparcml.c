@@ -129,6 +129,11 @@ int sparcml_version(int *major, int *minor)
 	return SPARCML_OK;
 }
 
+const char *sparcml_build_version(void)
+{
+	return sparcmlGoBuildVersion();
+}
+
 /* ---- Communicators ---- */
 
 int sparcml_init(sparcml_comm **comm)

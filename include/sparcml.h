@@ -79,7 +79,7 @@ extern "C" {
 /* The version of the ABI this header describes. A library whose major
  * version differs is incompatible; a newer minor version only adds. */
 #define SPARCML_VERSION_MAJOR 0
-#define SPARCML_VERSION_MINOR 2
+#define SPARCML_VERSION_MINOR 3
 
 /* An opaque communicator: one rank's handle on the job. */
 typedef struct sparcml_comm sparcml_comm;
@@ -139,6 +139,12 @@ typedef enum {
  * NULL). Compare *major with SPARCML_VERSION_MAJOR to detect a library
  * that does not match the header. */
 int sparcml_version(int *major, int *minor);
+
+/* The version of the build, as the start-up line and `sparcml version`
+ * report it (for example "v0.4.0-12-gabc1234", or "(devel)" and the
+ * commit for a build made without the Makefile). Never NULL; static
+ * storage. Since ABI 0.3. */
+const char *sparcml_build_version(void);
 
 /* The text of the last error of a call made by this thread ("" if none),
  * for example "sparcml: rank 1: allreduce seq 4 (peer 2): rank 2 peer lost:

@@ -56,6 +56,11 @@ static void test_version_and_init_errors(void)
 	      "library version %d.%d, header %d.%d", major, minor,
 	      SPARCML_VERSION_MAJOR, SPARCML_VERSION_MINOR);
 	CHECK_OK(sparcml_version(NULL, NULL));
+	const char *build = sparcml_build_version();
+	CHECK(build != NULL && build[0] != '\0', "build version is empty");
+	if (getenv("CTEST_BUILD_VERSION"))
+		CHECK(strcmp(build, getenv("CTEST_BUILD_VERSION")) == 0, "build version %s, built as %s",
+		      build, getenv("CTEST_BUILD_VERSION"));
 	CHECK(strcmp(sparcml_status_name(SPARCML_ERR_MISMATCH), "SPARCML_ERR_MISMATCH") == 0, "status name");
 	CHECK(strcmp(sparcml_status_name(12345), "SPARCML_ERR_UNKNOWN") == 0, "unknown status name");
 

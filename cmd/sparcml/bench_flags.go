@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/internal/startup"
 )
 
 // benchConfig is the parsed command line of `sparcml bench`.
@@ -210,8 +211,8 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	if cfg.format != "table" && cfg.format != "json" && cfg.format != "csv" {
 		return nil, usagef("unknown --format %q (want table|json|csv)", cfg.format)
 	}
-	if _, err := sparcml.ParseTransport(cfg.transport); err != nil {
-		return nil, usagef("unknown --transport %q (want %s)", cfg.transport, strings.Join(sparcml.TransportNames(), "|"))
+	if _, err := startup.ParseTransport(cfg.transport); err != nil {
+		return nil, usagef("unknown --transport %q (want %s)", cfg.transport, strings.Join(startup.TransportNames(), "|"))
 	}
 	if cfg.densities, err = parseDensities(v.density); err != nil {
 		return nil, usageError{err}

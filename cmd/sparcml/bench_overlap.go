@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/collectives"
 )
 
 // benchOverlap measures what non-blocking operations buy: per iteration,
@@ -115,7 +116,7 @@ func (o *overlap[T]) rows(ctx context.Context, commT, compT, bothT []float64) ([
 	k := len(o.bufs)
 	comm1, comp1, both1 := median(commT), median(compT), median(bothT)
 	r := newRow(o.cfg, o.c, o.algo, o.c.Transport())
-	r.N, r.Bytes = o.n, int64(o.n*sparcml.ElemSize[T]()*k)
+	r.N, r.Bytes = o.n, int64(o.n*collectives.DTypeOf[T]().Size()*k)
 	r.setTimes(bothT)
 	r.Inflight, r.ComputeUS, r.CommUS, r.OverlapUS = k, comp1*1e6, comm1*1e6, both1*1e6
 	if comm1+comp1 > 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/collectives"
 )
 
 // parseDensities reads "0.01,0.1" (fractions in [0,1]) or percentages "1%".
@@ -194,7 +195,7 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 
 // sparseRow is the result row of one algorithm of benchSparse.
 func sparseRow[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, cs *sparseCase[T], inputs []*sparcml.SparseVector[T], n int, d float64) (result, error) {
-	op := sparseSized{n: n, bytes: int64(n) * int64(sparcml.ElemSize[T]())}
+	op := sparseSized{n: n, bytes: int64(n) * int64(collectives.DTypeOf[T]().Size())}
 	algo := cs.stats.Algo
 	if cfg.op == "sparse-allgather" {
 		algo = sparcml.AlgoDirect
@@ -226,10 +227,10 @@ func sparseRow[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *bench
 // index wire that ran (the counts exchange left out).
 func predicted[T sparcml.Float](c *sparcml.Comm, cfg *benchConfig, stats sparcml.SparseStats, n int, inputs []*sparcml.SparseVector[T]) (bytes int64, us float64) {
 	p, algo, m := c.Size(), stats.Algo, c.CostModel()
-	vs := sparcml.ElemSize[T]()
+	vs := collectives.DTypeOf[T]().Size()
 	if algo == sparcml.AlgoRing || algo == sparcml.AlgoRabenseifner || algo == sparcml.AlgoRecursiveDoubling {
 		for r := 0; r < p; r++ {
-			bytes = max(bytes, sparcml.AllreduceBytesSent(algo, n, vs, p, r))
+			bytes = max(bytes, collectives.AllreduceBytesSent(algo, n, vs, p, r))
 		}
 		secs, _ := m.PredictAllreduce(algo, n*vs, p)
 		return bytes, secs * 1e6
@@ -269,7 +270,7 @@ func isSparseAlgo(a sparcml.Algo) bool {
 func denseOfSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, in *sparcml.SparseVector[T], ref []T, tol float64) ([]result, error) {
 	dcfg := *cfg
 	dcfg.op, dcfg.algo, dcfg.algoName = "allreduce", sparcml.AlgoAuto, "auto"
-	op := &allreduceBench[T]{cfg: &dcfg, c: c, data: in.ToDense(nil), ref: ref, tol: tol, sz: int64(sparcml.ElemSize[T]())}
+	op := &allreduceBench[T]{cfg: &dcfg, c: c, data: in.ToDense(nil), ref: ref, tol: tol, sz: int64(collectives.DTypeOf[T]().Size())}
 	if cfg.check {
 		op.input = slices.Clone(op.data)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/internal/version"
 )
 
 func TestParseSizes(t *testing.T) {
@@ -194,7 +195,7 @@ func TestVersionOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"sparcml " + version, "module:  github.com/sparcml/sparcml", "commit:  ", "go:      " + runtime.Version(), "rdma:    " + rdmaSupport} {
+	for _, want := range []string{"sparcml " + version.String(), "module:  github.com/sparcml/sparcml", "commit:  ", "go:      " + runtime.Version(), "rdma:    " + rdmaSupport} {
 		if !strings.Contains(out, want) {
 			t.Errorf("version output lacks %q:\n%s", want, out)
 		}

@@ -72,9 +72,6 @@ func wrap(s string, width int, indent string) string {
 	return strings.Join(lines, "\n"+indent)
 }
 
-// version is set by the Makefile with -ldflags.
-var version = "dev"
-
 func main() {
 	os.Exit(realMain(os.Args[1:]))
 }

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/internal/flight"
 )
 
 // traceCmd merges flight-recorder dumps (SPARCML_DUMP_DIR) into one view
@@ -35,7 +35,7 @@ func traceCmd(w io.Writer, args []string) error {
 		}
 		files = append(files, found...)
 	}
-	var dumps []*sparcml.FlightDump
+	var dumps []*flight.Dump
 	for _, f := range files {
 		d, err := readDump(f)
 		if err != nil {
@@ -43,16 +43,16 @@ func traceCmd(w io.Writer, args []string) error {
 		}
 		dumps = append(dumps, d)
 	}
-	return sparcml.WriteFlightView(w, dumps)
+	return flight.WriteView(w, dumps)
 }
 
-func readDump(path string) (*sparcml.FlightDump, error) {
+func readDump(path string) (*flight.Dump, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	d, err := sparcml.ReadFlightDump(f)
+	d, err := flight.ReadDump(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

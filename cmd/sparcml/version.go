@@ -5,10 +5,9 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
-)
 
-// buildCommit is set by the Makefile with -ldflags: the commit hash.
-var buildCommit string
+	"github.com/sparcml/sparcml/internal/version"
+)
 
 // versionCmd prints what a bug report needs: the module version, the
 // commit it was built from, the Go toolchain and whether the RDMA
@@ -22,10 +21,10 @@ func versionCmd(w io.Writer, args []string) error {
 		module, modVersion = bi.Main.Path, bi.Main.Version
 		commit = commitOf(bi.Settings)
 	}
-	if buildCommit != "" { // given by the Makefile, for builds without VCS stamping (-buildvcs=false)
-		commit = buildCommit
+	if version.Commit != "" { // given by the Makefile, for builds without VCS stamping (-buildvcs=false)
+		commit = version.Commit
 	}
-	fmt.Fprintf(w, "sparcml %s\n", version)
+	fmt.Fprintf(w, "sparcml %s\n", version.String())
 	fmt.Fprintf(w, "module:  %s %s\n", module, modVersion)
 	fmt.Fprintf(w, "commit:  %s\n", commit)
 	fmt.Fprintf(w, "go:      %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)

@@ -1,17 +1,17 @@
-package sparcml_test
+package flight_test
 
 import (
 	"fmt"
 	"os"
 	"strings"
 
-	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/internal/flight"
 )
 
 // Each rank of a job run with SPARCML_DUMP_DIR writes its flight recorder
-// there on a timeout, a failure or SIGUSR1; ReadFlightDump reads one
-// file and WriteFlightView merges them (what `sparcml trace` prints).
-func ExampleWriteFlightView() {
+// there on a timeout, a failure or SIGUSR1; ReadDump reads one
+// file and WriteView merges them (what `sparcml trace` prints).
+func ExampleWriteView() {
 	dumps := []string{
 		`{"version":1,"rank":0,"size":3,"host":"node1","pid":10,"time":"2026-01-02T03:04:05Z","reason":"timeout","started":8,
 		  "ops":[{"seq":8,"kind":"allreduce","count":1024,"dtype":"float32","algo":"ring","peer":2,"state":"failed",
@@ -20,16 +20,16 @@ func ExampleWriteFlightView() {
 		`{"version":1,"rank":1,"size":3,"host":"node2","pid":11,"time":"2026-01-02T03:04:05Z","reason":"timeout","started":8,
 		  "ops":[{"seq":8,"kind":"allreduce","peer":-1,"state":"started","start":"2026-01-02T03:03:57Z"}]}`,
 	}
-	var ds []*sparcml.FlightDump
+	var ds []*flight.Dump
 	for _, s := range dumps {
-		d, err := sparcml.ReadFlightDump(strings.NewReader(s))
+		d, err := flight.ReadDump(strings.NewReader(s))
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
 		ds = append(ds, d)
 	}
-	if err := sparcml.WriteFlightView(os.Stdout, ds); err != nil {
+	if err := flight.WriteView(os.Stdout, ds); err != nil {
 		fmt.Println(err)
 	}
 	// Output:

@@ -1,4 +1,4 @@
-package sparcml
+package startup
 
 import (
 	"context"
@@ -13,8 +13,33 @@ import (
 	"github.com/sparcml/sparcml/internal/config"
 	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/internal/shm"
+	"github.com/sparcml/sparcml/internal/topology"
 	"github.com/sparcml/sparcml/transport"
 )
+
+// PeerLossMode is WithOnPeerLoss's mode, else SPARCML_ON_PEER_LOSS's.
+func PeerLossMode(o Options, s *config.Settings) string {
+	if o.OnPeerLoss != "" {
+		return strings.ToLower(o.OnPeerLoss)
+	}
+	return s.OnPeerLoss
+}
+
+// TransportNames lists the values WithTransport and SPARCML_TRANSPORT
+// accept: "auto", "shm", "tcp", "rdma".
+func TransportNames() []string { return slices.Clone(transportModes) }
+
+// ParseTransport checks a transport name for WithTransport, ignoring case;
+// the empty string (the environment's choice, SPARCML_TRANSPORT) is valid.
+func ParseTransport(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	if _, _, err := transportMode(Options{Transport: s}); err != nil {
+		return "", err
+	}
+	return strings.ToLower(s), nil
+}
 
 // transportModes are the values of SPARCML_TRANSPORT and WithTransport.
 var transportModes = []string{"auto", "shm", "tcp", "rdma"}
@@ -34,21 +59,21 @@ type plan struct {
 
 // transportMode is the mode asked for, by WithTransport or else
 // SPARCML_TRANSPORT, and who asked, for errors.
-func transportMode(o options) (mode, source string, err error) {
-	if o.transport == "" {
+func transportMode(o Options) (mode, source string, err error) {
+	if o.Transport == "" {
 		return "", "SPARCML_TRANSPORT", nil
 	}
-	mode = strings.ToLower(o.transport)
+	mode = strings.ToLower(o.Transport)
 	if !slices.Contains(transportModes, mode) {
-		return "", "", fmt.Errorf("sparcml: %w: WithTransport(%q): unknown transport (want %s)", ErrInvalid, o.transport, strings.Join(transportModes, ", "))
+		return "", "", fmt.Errorf("sparcml: %w: WithTransport(%q): unknown transport (want %s)", transport.ErrInvalid, o.Transport, strings.Join(transportModes, ", "))
 	}
 	return mode, "WithTransport", nil
 }
 
-// connectTransport agrees on the transports with every rank and connects
+// ConnectTransport agrees on the transports with every rank and connects
 // them: shared memory to the ranks of this host, TCP or RDMA to the
 // others, a transport.Route when there are both.
-func connectTransport(ctx context.Context, o options, s *config.Settings, env bootstrap.Env, store bootstrap.Store, topo topology, log *logging.Logger) (transport.Transport, error) {
+func ConnectTransport(ctx context.Context, o Options, s *config.Settings, env bootstrap.Env, store bootstrap.Store, topo topology.Topology, log *logging.Logger) (transport.Transport, error) {
 	mode, source, err := transportMode(o)
 	if err != nil {
 		return nil, err
@@ -56,8 +81,8 @@ func connectTransport(ctx context.Context, o options, s *config.Settings, env bo
 	if mode == "" {
 		mode = s.Transport
 	}
-	if mode == "auto" && peerLossMode(o, s) == "revoke" {
-		// Only TCP survives a lost peer (peerloss.go).
+	if mode == "auto" && PeerLossMode(o, s) == "revoke" {
+		// Only TCP survives a lost peer (the public API's WithOnPeerLoss).
 		mode, source = "tcp", "SPARCML_ON_PEER_LOSS=revoke"
 	}
 	inJob := func(err error) error { return fmt.Errorf("sparcml: rank %d: %w", env.Rank, err) }
@@ -65,7 +90,7 @@ func connectTransport(ctx context.Context, o options, s *config.Settings, env bo
 	if err != nil {
 		return nil, inJob(err)
 	}
-	local := topo.ranksOn(topo.hostOf[env.Rank])
+	local := topo.RanksOn(topo.HostOf[env.Rank])
 	var parts []transport.Transport
 	closeAll := func() {
 		for _, t := range parts {
@@ -150,7 +175,7 @@ func logRoutes(log *logging.Logger, env bootstrap.Env, p plan, parts []transport
 			}
 		}
 		if len(ranks) > 0 {
-			to = append(to, fmt.Sprintf("%s to rank%s %s", t.Name(), plural(len(ranks)), rankRanges(ranks)))
+			to = append(to, fmt.Sprintf("%s to rank%s %s", t.Name(), topology.Plural(len(ranks)), topology.RankRanges(ranks)))
 		}
 	}
 	if len(to) == 0 {
@@ -167,7 +192,7 @@ func logRoutes(log *logging.Logger, env bootstrap.Env, p plan, parts []transport
 // rank can do, and publishes the plan; every rank follows it, so a job
 // whose ranks were given different modes still agrees. Each rank
 // publishes whether it can do RDMA, when that may matter.
-func agreeTransport(ctx context.Context, env bootstrap.Env, store bootstrap.Store, topo topology, mode, source string) (plan, error) {
+func agreeTransport(ctx context.Context, env bootstrap.Env, store bootstrap.Store, topo topology.Topology, mode, source string) (plan, error) {
 	if env.Size == 1 {
 		return decide(ctx, env, topo, mode, source, func(int) (string, error) { return canRDMA(mode, topo), nil })
 	}
@@ -201,8 +226,8 @@ func agreeTransport(ctx context.Context, env bootstrap.Env, store bootstrap.Stor
 }
 
 // canRDMA is what a rank publishes: "yes", or "no: why".
-func canRDMA(mode string, topo topology) string {
-	if mode != "rdma" && (mode != "auto" || topo.hosts < 2) {
+func canRDMA(mode string, topo topology.Topology) string {
+	if mode != "rdma" && (mode != "auto" || topo.Hosts < 2) {
 		return "no: not needed with transport " + mode
 	}
 	if err := rdmaAvailable(); err != nil {
@@ -212,7 +237,7 @@ func canRDMA(mode string, topo topology) string {
 }
 
 // decide is rank 0's choice; can(r) is rank r's canRDMA.
-func decide(ctx context.Context, env bootstrap.Env, topo topology, mode, source string, can func(r int) (string, error)) (plan, error) {
+func decide(ctx context.Context, env bootstrap.Env, topo topology.Topology, mode, source string, can func(r int) (string, error)) (plan, error) {
 	p := plan{mode: mode}
 	allRDMA := func() (bool, string, error) {
 		for r := 0; r < env.Size; r++ {
@@ -239,16 +264,16 @@ func decide(ctx context.Context, env bootstrap.Env, topo topology, mode, source 
 		if !shmSupported {
 			return p, fmt.Errorf("%s=shm: %w", source, shm.ErrUnavailable)
 		}
-		if topo.hosts > 1 {
-			return p, fmt.Errorf("%s=shm needs every rank on one host, but the job runs on %d: %s", source, topo.hosts, describeHosts(topo))
+		if topo.Hosts > 1 {
+			return p, fmt.Errorf("%s=shm needs every rank on one host, but the job runs on %d: %s", source, topo.Hosts, topo.Describe())
 		}
 		p.local, p.why = true, source+"=shm"
 	default: // auto
 		p.local = shmSupported && env.Size > 1
 		switch {
-		case topo.hosts == 1 && p.local:
+		case topo.Hosts == 1 && p.local:
 			p.why = "auto: one host"
-		case topo.hosts == 1:
+		case topo.Hosts == 1:
 			p.remote, p.why = "tcp", "auto: no shared memory here"
 		default:
 			ok, why, err := allRDMA()
@@ -256,9 +281,9 @@ func decide(ctx context.Context, env bootstrap.Env, topo topology, mode, source 
 				return p, err
 			}
 			p.remote = "tcp"
-			p.why = fmt.Sprintf("auto: %d hosts; not RDMA: %s", topo.hosts, why)
+			p.why = fmt.Sprintf("auto: %d hosts; not RDMA: %s", topo.Hosts, why)
 			if ok {
-				p.remote, p.why = "rdma", fmt.Sprintf("auto: %d hosts, every rank has a usable RDMA device", topo.hosts)
+				p.remote, p.why = "rdma", fmt.Sprintf("auto: %d hosts, every rank has a usable RDMA device", topo.Hosts)
 			}
 		}
 	}
@@ -270,16 +295,6 @@ func errorIf(cond bool, msg string) error {
 		return nil
 	}
 	return errors.New(msg)
-}
-
-// describeHosts lists the ranks of each host: "host 0: ranks 0-1; host 1: ranks 2-3".
-func describeHosts(topo topology) string {
-	var hs []string
-	for h := range topo.hosts {
-		rs := topo.ranksOn(h)
-		hs = append(hs, fmt.Sprintf("host %d: rank%s %s", h, plural(len(rs)), rankRanges(rs)))
-	}
-	return strings.Join(hs, "; ")
 }
 
 // encodePlan and decodePlan carry rank 0's plan through the store:

@@ -1,4 +1,4 @@
-package sparcml
+package startup
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 // Init's own deadline has passed.
 const statusTimeout = time.Second
 
-// launchFailure turns an Init error into one that names the cause of a
+// LaunchFailure turns an Init error into one that names the cause of a
 // broken launch. A failure the store saw (a wrong token, a size that
 // disagrees, a duplicate rank) says so, the same on every rank. A timeout
 // names the ranks that never reached the store; rank 0 then fails the
 // launch with that, so the ranks still waiting hear it at once rather
 // than at their own deadlines.
-func launchFailure(ctx context.Context, err error, rank int, store bootstrap.Store, initTimeout time.Duration) error {
+func LaunchFailure(ctx context.Context, err error, rank int, store bootstrap.Store, initTimeout time.Duration) error {
 	var le *bootstrap.LaunchError
 	if errors.As(err, &le) || errors.As(context.Cause(ctx), &le) {
 		return fmt.Errorf("sparcml: rank %d: %w", rank, le)
@@ -58,14 +58,14 @@ func launchFailure(ctx context.Context, err error, rank int, store bootstrap.Sto
 	return causedBy(rank, &failure, err)
 }
 
-// failInit ends an Init that failed with err after the store was
+// FailInit ends an Init that failed with err after the store was
 // reached (store nil for a one-rank job): it names the launch's cause
-// (launchFailure), reports this rank's failure to the store, and closes
+// (LaunchFailure), reports this rank's failure to the store, and closes
 // the store. If the launch had already failed, the error names that first
 // cause with err after it: a rank whose connection to a leaving rank
 // broke must not look like the root cause.
-func failInit(ctx context.Context, err error, rank int, store bootstrap.Store, initTimeout time.Duration) error {
-	err = launchFailure(ctx, err, rank, store, initTimeout)
+func FailInit(ctx context.Context, err error, rank int, store bootstrap.Store, initTimeout time.Duration) error {
+	err = LaunchFailure(ctx, err, rank, store, initTimeout)
 	if store == nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package sparcml
+package flight
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/internal/bootstrap"
-	"github.com/sparcml/sparcml/internal/config"
 	"github.com/sparcml/sparcml/internal/logging"
 	"github.com/sparcml/sparcml/transport"
 )
@@ -43,15 +42,15 @@ const (
 	dumpEvery = 200 * time.Millisecond
 )
 
-// diag is a communicator's flight recorder, progress publisher and stall
+// Watch is a communicator's flight recorder, progress publisher and stall
 // watchdog.
-type diag struct {
-	c         *Comm
-	rec       *recorder
-	store     bootstrap.Store // nil: no progress (Local, NewComm)
-	stallWarn time.Duration
-	dumpDir   string
-	log       *logging.Logger
+type Watch struct {
+	rank, size int
+	rec        *Recorder
+	store      bootstrap.Store // nil: no progress (Local, NewComm)
+	stallWarn  time.Duration
+	dumpDir    string
+	log        *logging.Logger
 
 	quit chan struct{}
 	done chan struct{}
@@ -63,28 +62,38 @@ type diag struct {
 	stuck    error     // the last operation to end timed out, with this error
 }
 
-// startDiag attaches the recorder to c and, for a job with a store,
-// starts publishing progress and watching for stalls.
-func (c *Comm) startDiag(s *config.Settings, store bootstrap.Store) {
-	d := &diag{c: c, rec: newRecorder(s.FlightOps), stallWarn: s.StallWarn, dumpDir: s.DumpDir,
-		log: c.log, quit: make(chan struct{}), done: make(chan struct{})}
-	if store != nil && c.Size() > 1 {
-		d.store = store
+// Config is what a Watch needs to know of its communicator.
+type Config struct {
+	Rank, Size int
+	FlightOps  int           // SPARCML_FLIGHT_OPS
+	StallWarn  time.Duration // SPARCML_STALL_WARN
+	DumpDir    string        // SPARCML_DUMP_DIR
+	Store      bootstrap.Store
+	Log        *logging.Logger
+}
+
+// Start makes the recorder of a communicator and, for a job with a
+// store, starts publishing progress and watching for stalls.
+func Start(cfg Config) *Watch {
+	d := &Watch{rank: cfg.Rank, size: cfg.Size, rec: NewRecorder(cfg.FlightOps), stallWarn: cfg.StallWarn,
+		dumpDir: cfg.DumpDir, log: cfg.Log, quit: make(chan struct{}), done: make(chan struct{})}
+	if cfg.Store != nil && cfg.Size > 1 {
+		d.store = cfg.Store
 	}
 	if d.dumpDir != "" {
 		d.sigs = make(chan os.Signal, 1)
 		signal.Notify(d.sigs, syscall.SIGUSR1)
 	}
-	c.diag = d
 	if d.store == nil && d.sigs == nil {
 		close(d.done) // nothing to watch: the recorder only
-		return
+		return d
 	}
 	go d.run()
+	return d
 }
 
 // run publishes progress, warns of stalls and dumps on SIGUSR1 until stop.
-func (d *diag) run() {
+func (d *Watch) run() {
 	defer close(d.done)
 	var tick <-chan time.Time
 	if d.store != nil {
@@ -106,8 +115,8 @@ func (d *diag) run() {
 	}
 }
 
-// stop ends run and, if an operation failed since the last dump, dumps.
-func (d *diag) stop() {
+// Stop ends run and, if an operation failed since the last dump, dumps.
+func (d *Watch) Stop() {
 	if d == nil {
 		return
 	}
@@ -121,15 +130,15 @@ func (d *diag) stop() {
 	if d.sigs != nil {
 		signal.Stop(d.sigs)
 	}
-	if d.rec.takeFailed() {
+	if d.rec.TakeFailed() {
 		d.dump("failure")
 	}
 }
 
-// stuckErr returns the error of the last operation to end if it timed
+// StuckErr returns the error of the last operation to end if it timed
 // out (nil if it did not): the job is then stuck, and Close must neither
 // wait for the other ranks nor close as if all were well.
-func (d *diag) stuckErr() error {
+func (d *Watch) StuckErr() error {
 	if d == nil {
 		return nil
 	}
@@ -138,67 +147,69 @@ func (d *diag) stuckErr() error {
 	return d.stuck
 }
 
-func (d *diag) setStuck(err error) {
+func (d *Watch) setStuck(err error) {
 	d.mu.Lock()
 	d.stuck = err
 	d.mu.Unlock()
 }
 
-// recorded wraps fn to record the operation in the flight recorder and,
-// when it fails, to name the late ranks (a timeout) and dump.
-func (c *Comm) recorded(kind string, fn opFunc) opFunc {
-	d := c.diag
-	if d == nil {
-		return fn
+// Begin records an operation's start and returns its slot for End.
+func (d *Watch) Begin(kind string, seq uint64) int { return d.rec.Begin(kind, seq) }
+
+// End records how the operation of slot ended and returns its error:
+// after a timeout, with the report of which ranks are late (a
+// *StallError); a failure also dumps the recorder.
+func (d *Watch) End(slot int, op *collectives.Op, algo collectives.Algo, err error) error {
+	timedOut := err != nil && IsTimeout(err)
+	if timedOut && d.store != nil {
+		err = &StallError{err: err, report: d.stallReport(op.Seq)}
 	}
-	return func(op *collectives.Op, cc callConfig) (Algo, error) {
-		slot := d.rec.begin(kind, op.Seq)
-		algo, err := fn(op, cc)
-		timedOut := err != nil && isTimeout(err)
-		if timedOut && d.store != nil {
-			err = &stallError{err: err, report: d.stallReport(op.Seq)}
-		}
-		d.rec.end(slot, op, algo, err)
-		if timedOut || err == nil || lostElsewhere(err) {
-			d.setStuck(err)
-		}
-		if err != nil {
-			reason := "failure"
-			if timedOut {
-				reason = "timeout"
-			}
-			d.dumpFailure(reason)
-		}
-		return algo, err
+	d.rec.End(slot, op, algo, err)
+	if timedOut || err == nil || LostElsewhere(err) {
+		d.setStuck(err)
 	}
+	if err != nil {
+		reason := "failure"
+		if timedOut {
+			reason = "timeout"
+		}
+		d.dumpFailure(reason)
+	}
+	return err
 }
 
-// lostElsewhere reports whether err comes from another rank's loss: this
+// LostElsewhere reports whether err comes from another rank's loss: this
 // rank saw the peer go, or another rank failed the operation for it. Close
 // then tells the peers why this rank goes (its goodbye carries err), so a
 // peer that learns of the failure from this rank's close, before it sees
 // the lost rank itself, still names the rank that was lost.
-func lostElsewhere(err error) bool {
+func LostElsewhere(err error) bool {
 	var rf *transport.RemoteFailure
 	return errors.Is(err, transport.ErrPeerLost) || errors.As(err, &rf)
 }
 
-// isTimeout reports whether err is a deadline, this rank's or the one of
+// IsTimeout reports whether err is a deadline, this rank's or the one of
 // the peer that failed the operation for every rank (a RemoteFailure of
 // transport.CodeTimeout matches context.DeadlineExceeded: the first rank
 // to time out fails the others' operation before their own deadlines,
 // and they must name the late rank too).
-func isTimeout(err error) bool { return errors.Is(err, context.DeadlineExceeded) }
+func IsTimeout(err error) bool { return errors.Is(err, context.DeadlineExceeded) }
 
-// stallError is a timed-out operation's error with the report of which
+// StallError is a timed-out operation's error with the report of which
 // ranks are late.
-type stallError struct {
+type StallError struct {
 	err    error
 	report string
 }
 
-func (e *stallError) Error() string { return e.err.Error() + "; " + e.report }
-func (e *stallError) Unwrap() error { return e.err }
+// Error is the operation's error, then the report.
+func (e *StallError) Error() string { return e.err.Error() + "; " + e.report }
+
+// Unwrap gives the operation's error to errors.Is and As.
+func (e *StallError) Unwrap() error { return e.err }
+
+// Report is the report of which ranks are late.
+func (e *StallError) Report() string { return e.report }
 
 // progressRecord is what a rank publishes: the highest seq started and
 // the oldest not finished (0: none), 8 bytes each, big-endian.
@@ -222,8 +233,8 @@ func decodeProgressRecord(b []byte) (started, oldest uint64, err error) {
 	return started, oldest, nil
 }
 
-func (d *diag) publish() {
-	started, oldest := d.rec.progress()
+func (d *Watch) publish() {
+	started, oldest := d.rec.Progress()
 	if err := bootstrap.PublishProgress(d.store, encodeProgressRecord(started, oldest)); err != nil {
 		d.log.Infof(logging.Coll, "publishing progress: %v", err)
 	}
@@ -231,11 +242,11 @@ func (d *diag) publish() {
 
 // checkStall warns, once per operation, when the oldest operation in
 // flight has waited SPARCML_STALL_WARN.
-func (d *diag) checkStall() {
+func (d *Watch) checkStall() {
 	if d.stallWarn <= 0 {
 		return
 	}
-	op, ok := d.rec.oldestInFlight()
+	op, ok := d.rec.OldestInFlight()
 	if !ok || time.Since(op.Start) < d.stallWarn {
 		return
 	}
@@ -252,14 +263,14 @@ func (d *diag) checkStall() {
 
 // stallReport asks the store where every other rank stands and names the
 // ones late for operation seq.
-func (d *diag) stallReport(seq uint64) string {
+func (d *Watch) stallReport(seq uint64) string {
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
 	ps, err := bootstrap.QueryProgress(ctx, d.store)
 	if err != nil {
 		return fmt.Sprintf("cannot ask the rendezvous store on rank 0 which ranks are late (rank 0 stopped or hung?): %v", err)
 	}
-	return lateRanks(d.c.Rank(), seq, ps)
+	return lateRanks(d.rank, seq, ps)
 }
 
 // lateRanks names, from every rank's progress, the ranks late for seq:
@@ -299,7 +310,7 @@ func lateRanks(self int, seq uint64, ps []bootstrap.RankProgress) string {
 
 // dumpFailure dumps after a failed operation, at most every dumpEvery
 // (stop dumps the rest).
-func (d *diag) dumpFailure(reason string) {
+func (d *Watch) dumpFailure(reason string) {
 	if d.dumpDir == "" {
 		return
 	}
@@ -310,21 +321,21 @@ func (d *diag) dumpFailure(reason string) {
 	}
 	d.mu.Unlock()
 	if !recent {
-		d.rec.takeFailed()
+		d.rec.TakeFailed()
 		d.dump(reason)
 	}
 }
 
 // dump writes the flight recorder to SPARCML_DUMP_DIR.
-func (d *diag) dump(reason string) {
+func (d *Watch) dump(reason string) {
 	if d.dumpDir == "" {
 		return
 	}
-	ops, started := d.rec.snapshot()
+	ops, started := d.rec.Snapshot()
 	host, _ := os.Hostname()
-	fd := &FlightDump{Version: flightDumpVersion, Rank: d.c.Rank(), Size: d.c.Size(), Host: host, PID: os.Getpid(),
+	fd := &Dump{Version: DumpVersion, Rank: d.rank, Size: d.size, Host: host, PID: os.Getpid(),
 		Time: time.Now(), Reason: reason, Started: started, Ops: ops, Peers: d.peers()}
-	path, err := writeFlightDump(d.dumpDir, fd)
+	path, err := WriteDump(d.dumpDir, fd)
 	if err != nil {
 		d.log.Warnf(logging.Coll, "writing the flight recorder to SPARCML_DUMP_DIR: %v", err)
 		return
@@ -333,7 +344,7 @@ func (d *diag) dump(reason string) {
 }
 
 // peers is every rank's progress as the store has it, for a dump.
-func (d *diag) peers() []FlightPeer {
+func (d *Watch) peers() []Peer {
 	if d.store == nil {
 		return nil
 	}
@@ -343,10 +354,10 @@ func (d *diag) peers() []FlightPeer {
 	if err != nil {
 		return nil
 	}
-	var out []FlightPeer
+	var out []Peer
 	for _, p := range ps {
 		if started, _, err := decodeProgressRecord(p.Value); p.Seen && err == nil {
-			out = append(out, FlightPeer{Rank: p.Rank, Started: started, SilentMS: p.Age.Milliseconds()})
+			out = append(out, Peer{Rank: p.Rank, Started: started, SilentMS: p.Age.Milliseconds()})
 		}
 	}
 	return out

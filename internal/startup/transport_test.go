@@ -1,4 +1,4 @@
-package sparcml
+package startup
 
 import (
 	"context"
@@ -7,24 +7,14 @@ import (
 	"testing"
 
 	"github.com/sparcml/sparcml/internal/bootstrap"
+	"github.com/sparcml/sparcml/internal/topology"
 )
-
-func TestRankRanges(t *testing.T) {
-	for _, tc := range []struct {
-		in   []int
-		want string
-	}{{nil, ""}, {[]int{3}, "3"}, {[]int{1, 2, 3}, "1-3"}, {[]int{0, 2, 3, 4, 7}, "0,2-4,7"}} {
-		if got := rankRanges(tc.in); got != tc.want {
-			t.Errorf("rankRanges(%v) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
 
 // Rank 0's choice for each mode on one host and on two hosts of two
 // ranks, with and without RDMA on every rank.
 func TestDecideTransport(t *testing.T) {
-	twoHosts := newTopology([]int{0, 0, 1, 1})
-	one := oneHost(4)
+	twoHosts := topology.New([]int{0, 0, 1, 1})
+	one := topology.OneHost(4)
 	yes := func(int) (string, error) { return "yes", nil }
 	notOn3 := func(r int) (string, error) {
 		if r == 3 {
@@ -34,7 +24,7 @@ func TestDecideTransport(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		topo   topology
+		topo   topology.Topology
 		mode   string
 		can    func(int) (string, error)
 		local  bool
@@ -84,7 +74,7 @@ func TestCalibrationPeers(t *testing.T) {
 		{[]int{0, 1, 0, 1}, []int{1, 2}},
 		{[]int{0, 1, 2, 3}, []int{1}},
 	} {
-		got := calibrationPeers(newTopology(tc.hosts))
+		got := CalibrationPeers(topology.New(tc.hosts))
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("hosts %v: peers %v, want %v", tc.hosts, got, tc.want)
 		}

@@ -1,12 +1,6 @@
-package sparcml
-
-import (
-	"context"
-	"sync"
-
-	"github.com/sparcml/sparcml/collectives"
-)
-
+// Package sparseplan is a communicator's record of the decisions of its
+// sparse allreduces, for reuse.
+//
 // A sparse allreduce under AlgoAuto or WithBalancedRanges exchanges every
 // rank's entry count and index samples before it moves any data, and
 // decides from them its algorithm, index wire and ranges: ceil(log2 P)
@@ -33,27 +27,37 @@ import (
 // Benchmark: sparcml bench --op sparse-allreduce --density 0.001 --algo
 // ssar-split,auto,auto-tensor on the emulated cluster (docs/PERFORMANCE.md,
 // "Emulated cluster").
+package sparseplan
 
-// sparsePlans is a communicator's record of the plans of its sparse
+import (
+	"context"
+	"sync"
+
+	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/quant"
+)
+
+// Plans is a communicator's record of the plans of its sparse
 // allreduces, by call key.
-type sparsePlans struct {
+type Plans struct {
+	Every int // calls per counts exchange (SPARCML_SPARSE_AGREE_EVERY); 0 or 1: every call
+
 	mu    sync.Mutex
-	every int // calls per counts exchange; 0 or 1: every call
-	slots map[sparseKey]*planSlot
+	slots map[Key]*planSlot
 }
 
-// sparseKey is what a plan is made for: collectives.SparsePlan checks the
+// Key is what a plan is made for: collectives.SparsePlan checks the
 // same.
-type sparseKey struct {
-	tensor   uint64
-	dim      int
-	dtype    collectives.DType
-	red      ReduceOp
-	algo     Algo
-	balanced bool
-	quant    Quant
-	indices  IndexWire
-	every    int // WithTensor's interval; 0: the communicator's
+type Key struct {
+	Tensor   uint64 // WithTensor's id
+	Dim      int
+	DType    collectives.DType
+	Red      collectives.ReduceOp
+	Algo     collectives.Algo
+	Balanced bool
+	Quant    quant.Kind
+	Indices  collectives.IndexWire
+	Every    int // WithTensor's interval; 0: the communicator's (Plans.Every)
 }
 
 type planSlot struct {
@@ -73,23 +77,23 @@ type planPromise struct {
 // record starts afresh, which every rank does at the same call.
 const maxPlanKeys = 256
 
-// planTicket is a call's part: reuse the plan of wait, or (wait nil) make
+// Ticket is a call's part: reuse the plan of wait, or (wait nil) make
 // one and leave it in make.
-type planTicket struct {
+type Ticket struct {
 	wait *planPromise
 	make *planPromise
 }
 
-// ticket takes a call's turn for key. Untagged calls and calls that
+// Ticket takes a call's turn for key. Untagged calls and calls that
 // exchange no counts (a forced algorithm with equal ranges) need none.
-func (s *sparsePlans) ticket(key sparseKey, tagged bool) planTicket {
-	if !tagged || (key.algo != AlgoAuto && !key.balanced) {
-		return planTicket{}
+func (s *Plans) Ticket(key Key, tagged bool) Ticket {
+	if !tagged || (key.Algo != collectives.AlgoAuto && !key.Balanced) {
+		return Ticket{}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.slots == nil || len(s.slots) >= maxPlanKeys {
-		s.slots = map[sparseKey]*planSlot{}
+		s.slots = map[Key]*planSlot{}
 	}
 	slot := s.slots[key]
 	if slot == nil {
@@ -97,20 +101,20 @@ func (s *sparsePlans) ticket(key sparseKey, tagged bool) planTicket {
 		s.slots[key] = slot
 	}
 	defer func() { slot.calls++ }()
-	every := s.every
-	if key.every > 0 {
-		every = key.every
+	every := s.Every
+	if key.Every > 0 {
+		every = key.Every
 	}
 	if every > 1 && slot.calls%every != 0 && slot.last != nil {
-		return planTicket{wait: slot.last}
+		return Ticket{wait: slot.last}
 	}
 	slot.last = &planPromise{done: make(chan struct{})}
-	return planTicket{make: slot.last}
+	return Ticket{make: slot.last}
 }
 
-// plan is the plan a call passes to the collective: the promised one once
+// Plan is the plan a call passes to the collective: the promised one once
 // made, nil (exchange) when it failed or when this call makes one.
-func (t planTicket) plan(ctx context.Context) (*collectives.SparsePlan, error) {
+func (t Ticket) Plan(ctx context.Context) (*collectives.SparsePlan, error) {
 	if t.wait == nil {
 		return nil, nil
 	}
@@ -122,19 +126,14 @@ func (t planTicket) plan(ctx context.Context) (*collectives.SparsePlan, error) {
 	}
 }
 
-// keep records the plan a call made (nil if it made none) for the calls
+// Keep records the plan a call made (nil if it made none) for the calls
 // waiting on it. Only its first call counts, so a call can keep its plan
 // as soon as it has one and keep nil on every way out.
-func (t planTicket) keep(p *collectives.SparsePlan) {
+func (t Ticket) Keep(p *collectives.SparsePlan) {
 	if t.make != nil {
 		t.make.once.Do(func() {
 			t.make.plan = p
 			close(t.make.done)
 		})
 	}
-}
-
-func sparseKeyOf[T Float](dim int, red ReduceOp, cc callConfig) sparseKey {
-	return sparseKey{tensor: cc.tensor, dim: dim, dtype: collectives.DTypeOf[T](), red: red, algo: cc.algo,
-		balanced: cc.balanced, quant: cc.quant, indices: cc.indices, every: cc.agreeEvery}
 }

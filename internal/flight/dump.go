@@ -1,4 +1,4 @@
-package sparcml
+package flight
 
 import (
 	"bytes"
@@ -15,26 +15,27 @@ import (
 	"github.com/sparcml/sparcml/transport"
 )
 
-// FlightDump is one rank's flight recorder as written to
-// SPARCML_DUMP_DIR: a JSON object, one per file.
-type FlightDump struct {
-	Version int        `json:"version"` // flightDumpVersion
-	Rank    int        `json:"rank"`
-	Size    int        `json:"size"`
-	Host    string     `json:"host"`
-	PID     int        `json:"pid"`
-	Time    time.Time  `json:"time"`    // when it was written
-	Reason  string     `json:"reason"`  // "timeout", "failure", "SIGUSR1", ...
-	Started uint64     `json:"started"` // the highest sequence number started
-	Ops     []FlightOp `json:"ops"`     // oldest first
+// Dump is one rank's flight recorder as written to
+// SPARCML_DUMP_DIR: a JSON object, one per file. `sparcml trace` reads and merges
+// them (docs/RELIABILITY.md, "The flight recorder").
+type Dump struct {
+	Version int       `json:"version"` // DumpVersion
+	Rank    int       `json:"rank"`
+	Size    int       `json:"size"`
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Time    time.Time `json:"time"`    // when it was written
+	Reason  string    `json:"reason"`  // "timeout", "failure", "SIGUSR1", ...
+	Started uint64    `json:"started"` // the highest sequence number started
+	Ops     []Op      `json:"ops"`     // oldest first
 	// Peers is every rank's progress as rank 0's store had it when the
 	// dump was written (empty without a store): what the others knew
 	// of a rank that is stopped and writes no dump of its own.
-	Peers []FlightPeer `json:"peers,omitempty"`
+	Peers []Peer `json:"peers,omitempty"`
 }
 
-// FlightPeer is one rank's progress record as the store had it.
-type FlightPeer struct {
+// Peer is one rank's progress record as the store had it.
+type Peer struct {
 	Rank    int    `json:"rank"`
 	Started uint64 `json:"started"`
 	// SilentMS is how long the rank had not published progress, in
@@ -43,25 +44,27 @@ type FlightPeer struct {
 }
 
 const (
-	flightDumpVersion = 1
-	// maxFlightDump bounds a dump file read by ReadFlightDump.
-	maxFlightDump = 64 << 20
-	maxDumpSize   = 1 << 24 // ranks
+	// DumpVersion is the version of the dump format this package writes
+	// and reads.
+	DumpVersion = 1
+	// maxDump bounds a dump file read by ReadDump.
+	maxDump     = 64 << 20
+	maxDumpSize = 1 << 24 // ranks
 )
 
-// flightDumpName is the file a rank writes in SPARCML_DUMP_DIR.
-func flightDumpName(rank, pid int) string {
+// DumpName is the file a rank writes in SPARCML_DUMP_DIR.
+func DumpName(rank, pid int) string {
 	return fmt.Sprintf("sparcml-flight-%d-%d.json", rank, pid)
 }
 
-// writeFlightDump writes d into dir atomically (a temporary file renamed),
+// WriteDump writes d into dir atomically (a temporary file renamed),
 // so a reader never sees half a dump; it returns the file's path.
-func writeFlightDump(dir string, d *FlightDump) (string, error) {
+func WriteDump(dir string, d *Dump) (string, error) {
 	b, err := json.MarshalIndent(d, "", " ")
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, flightDumpName(d.Rank, d.PID))
+	path := filepath.Join(dir, DumpName(d.Rank, d.PID))
 	tmp, err := os.CreateTemp(dir, ".sparcml-flight-*")
 	if err != nil {
 		return "", err
@@ -81,20 +84,20 @@ func writeFlightDump(dir string, d *FlightDump) (string, error) {
 	return path, nil
 }
 
-// ReadFlightDump decodes one rank's dump and checks it: a known version,
+// ReadDump decodes one rank's dump and checks it: a known version,
 // a rank inside the job, known states, operations in order. Any error
 // says what is wrong.
-func ReadFlightDump(r io.Reader) (*FlightDump, error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxFlightDump+1))
+func ReadDump(r io.Reader) (*Dump, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxDump+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxFlightDump {
-		return nil, fmt.Errorf("flight dump larger than %d bytes", maxFlightDump)
+	if len(b) > maxDump {
+		return nil, fmt.Errorf("flight dump larger than %d bytes", maxDump)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var d FlightDump
+	var d Dump
 	if err := dec.Decode(&d); err != nil {
 		return nil, fmt.Errorf("flight dump: %w", err)
 	}
@@ -107,10 +110,10 @@ func ReadFlightDump(r io.Reader) (*FlightDump, error) {
 	return &d, nil
 }
 
-func (d *FlightDump) check() error {
+func (d *Dump) check() error {
 	switch {
-	case d.Version != flightDumpVersion:
-		return fmt.Errorf("version %d, this sparcml reads %d", d.Version, flightDumpVersion)
+	case d.Version != DumpVersion:
+		return fmt.Errorf("version %d, this sparcml reads %d", d.Version, DumpVersion)
 	case d.Size < 1 || d.Size > maxDumpSize:
 		return fmt.Errorf("job size %d outside [1,%d]", d.Size, maxDumpSize)
 	case d.Rank < 0 || d.Rank >= d.Size:
@@ -118,7 +121,7 @@ func (d *FlightDump) check() error {
 	}
 	for i, op := range d.Ops {
 		switch op.State {
-		case FlightStarted, FlightDone, FlightFailed:
+		case Started, Done, Failed:
 		default:
 			return fmt.Errorf("operation %d: unknown state %q", i, op.State)
 		}
@@ -140,17 +143,17 @@ func (d *FlightDump) check() error {
 	return nil
 }
 
-// WriteFlightView merges the dumps of a job's ranks into one view: for
+// WriteView merges the dumps of a job's ranks into one view: for
 // each rank, the last operation it started and the oldest it has not
 // finished; the ranks behind the others, and those that left no dump,
 // named first; then each rank's recent operations. It is what `sparcml
 // trace` prints.
-func WriteFlightView(w io.Writer, dumps []*FlightDump) error {
+func WriteView(w io.Writer, dumps []*Dump) error {
 	if len(dumps) == 0 {
 		return fmt.Errorf("no flight dumps")
 	}
 	size := dumps[0].Size
-	byRank := make(map[int]*FlightDump)
+	byRank := make(map[int]*Dump)
 	for _, d := range dumps {
 		if d.Size != size {
 			return fmt.Errorf("rank %d's dump says the job has %d ranks, rank %d's %d", d.Rank, d.Size, dumps[0].Rank, size)
@@ -198,7 +201,7 @@ func WriteFlightView(w io.Writer, dumps []*FlightDump) error {
 		d := byRank[r]
 		fmt.Fprintf(w, "\nrank %d, last %d operations:\n", r, len(d.Ops))
 		for _, op := range d.Ops {
-			fmt.Fprintf(w, "  %s\n", describeFlightOp(op, d.Time))
+			fmt.Fprintf(w, "  %s\n", describeOp(op, d.Time))
 		}
 	}
 	return nil
@@ -206,8 +209,8 @@ func WriteFlightView(w io.Writer, dumps []*FlightDump) error {
 
 // silentRanks lists the ranks that some dump's store view shows silent,
 // with the longest silence seen.
-func silentRanks(byRank map[int]*FlightDump) []string {
-	longest := map[int]FlightPeer{}
+func silentRanks(byRank map[int]*Dump) []string {
+	longest := map[int]Peer{}
 	for _, d := range byRank {
 		for _, p := range d.Peers {
 			if time.Duration(p.SilentMS)*time.Millisecond > silentAfter && p.SilentMS > longest[p.Rank].SilentMS {
@@ -224,22 +227,22 @@ func silentRanks(byRank map[int]*FlightDump) []string {
 }
 
 // oldestUnfinished names the oldest operation of d not done.
-func oldestUnfinished(d *FlightDump) string {
+func oldestUnfinished(d *Dump) string {
 	for _, op := range d.Ops {
-		if op.State == FlightStarted {
+		if op.State == Started {
 			return fmt.Sprintf("%s seq %d (in flight)", op.Kind, op.Seq)
 		}
 	}
 	for _, op := range d.Ops {
-		if op.State == FlightFailed {
+		if op.State == Failed {
 			return fmt.Sprintf("%s seq %d (failed)", op.Kind, op.Seq)
 		}
 	}
 	return "none"
 }
 
-// describeFlightOp is one line of the view.
-func describeFlightOp(op FlightOp, at time.Time) string {
+// describeOp is one line of the view.
+func describeOp(op Op, at time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seq %-6d %-14s %-7s", op.Seq, op.Kind, op.State)
 	if op.Count > 0 {

@@ -1,4 +1,4 @@
-package sparcml
+package startup
 
 import (
 	"context"
