@@ -61,7 +61,7 @@ func (d *denseInstance) Wrong() int64 {
 
 func (d *denseInstance) Predict(algo collectives.Algo) (float64, []int64) {
 	bytes := 4 * d.c.N
-	secs, _ := d.c.Model.PredictAllreduce(algo, bytes, d.p)
+	secs := d.c.Model.PredictAllreduceOn(algo, d.c.topo, bytes, d.p)
 	sent := make([]int64, d.p)
 	for r := range sent {
 		sent[r] = collectives.AllreduceBytesSent(algo, d.c.N, 4, d.p, r)

@@ -24,6 +24,8 @@ type Case struct {
 	Quant   quant.Kind
 	Seed    uint64
 	Model   collectives.CostModel // AlgoAuto's model and the predictions
+
+	topo *collectives.Topology // the simulated hosts (set by Run)
 }
 
 // Op is a collective `sparcml sim` can run.
@@ -95,10 +97,6 @@ func Run(cfg sim.Config, c Case, check bool) (Result, error) {
 		return Result{}, err
 	}
 	cfg = w.Config()
-	inst, err := op.Prepare(c, cfg.Ranks)
-	if err != nil {
-		return Result{}, err
-	}
 	var topo *collectives.Topology
 	if cfg.Topology != sim.Flat {
 		hosts := make([]int, cfg.Ranks)
@@ -106,6 +104,11 @@ func Run(cfg sim.Config, c Case, check bool) (Result, error) {
 			hosts[r] = r / cfg.RanksPerHost
 		}
 		topo = &collectives.Topology{Hosts: hosts}
+	}
+	c.topo = topo
+	inst, err := op.Prepare(c, cfg.Ranks)
+	if err != nil {
+		return Result{}, err
 	}
 	p := cfg.Ranks
 	res := Result{P: p, Errors: make([]error, p), BytesSent: make([]int64, p), Wrong: -1}
@@ -135,4 +138,3 @@ func Run(cfg sim.Config, c Case, check bool) (Result, error) {
 	}
 	return res, nil
 }
-
