@@ -45,7 +45,7 @@ func TestClosedFormsDense(t *testing.T) {
 	beta := 1 / cfRate
 	for _, p := range []int{64, 1024} {
 		P, L := float64(p), float64(bits.Len(uint(p))-1)
-		n := 64 * p   // elements: every ring block the same size
+		n := 64 * p          // elements: every ring block the same size
 		nb := 4 * float64(n) // bytes
 		unsegmented := 1 << 30
 		cases := []struct {
