@@ -65,7 +65,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	for _, b := range bufs {
 		n += len(b)
 	}
-	data := make([]byte, 0, n)
+	data := transport.GetBuf(n)[:0] // back to the pool once delivered (arrive)
 	for _, b := range bufs {
 		data = append(data, b...)
 	}
@@ -88,6 +88,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 
 // arrive hands a message to the receiver's matcher.
 func (t *Transport) arrive(src int, tag transport.Tag, desc transport.Desc, data []byte) {
+	defer transport.PutBuf(data)
 	c, err := t.m.TryClaim(src, tag, desc, len(data))
 	if err != nil {
 		return // this rank failed or closed: the message is lost with it
