@@ -19,23 +19,14 @@ type Goroutines interface {
 
 // Unwrapper is implemented by a view of a transport (a communicator's
 // group of ranks) to give the transport under it, where Go and NewSignal
-// look for Goroutines.
+// look for Goroutines and Worker.
 type Unwrapper interface {
 	Unwrap() Transport
 }
 
 func goroutinesOf(t Transport) Goroutines {
-	for t != nil {
-		if g, ok := t.(Goroutines); ok {
-			return g
-		}
-		u, ok := t.(Unwrapper)
-		if !ok {
-			return nil
-		}
-		t = u.Unwrap()
-	}
-	return nil
+	g, _ := find[Goroutines](t)
+	return g
 }
 
 // Go starts fn in a new goroutine of t's rank (t's Goroutines when it has
@@ -61,4 +52,49 @@ func NewSignal(t Transport) *Request {
 		return g.NewSignal()
 	}
 	return NewRequest(-1, Tag{}, false)
+}
+
+// Kernel is a kind of computation a collective reports to Work.
+type Kernel uint8
+
+const (
+	// KernelReduce is a dense element-wise reduction (or a scatter-add of
+	// sparse entries into a dense range), priced like CostModel.Gamma.
+	KernelReduce Kernel = iota
+	// KernelMerge is a merge of sorted sparse streams, priced like
+	// CostModel.SparseGamma.
+	KernelMerge
+)
+
+// Worker is implemented by a transport that prices computation in its
+// own time: the simulator charges the calling goroutine for it in virtual
+// time.
+type Worker interface {
+	Work(k Kernel, bytes int)
+}
+
+// Work reports that the calling goroutine of t's rank just ran kernel k
+// over bytes bytes; a no-op unless t (or the transport under a view of
+// it) is a Worker.
+func Work(t Transport, k Kernel, bytes int) {
+	if w, ok := find[Worker](t); ok {
+		w.Work(k, bytes)
+	}
+}
+
+// find returns t, or the first transport under its views, that
+// implements I.
+func find[I any](t Transport) (I, bool) {
+	for t != nil {
+		if i, ok := t.(I); ok {
+			return i, true
+		}
+		u, ok := t.(Unwrapper)
+		if !ok {
+			break
+		}
+		t = u.Unwrap()
+	}
+	var zero I
+	return zero, false
 }

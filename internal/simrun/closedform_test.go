@@ -76,3 +76,21 @@ func TestClosedFormsDense(t *testing.T) {
 		}
 	}
 }
+
+// TestClosedFormsWithGamma: with reductions charged at the model's Gamma
+// (--compute model) and no contention, the unsegmented dense algorithms
+// take exactly the cost model's predicted time, gamma term included.
+func TestClosedFormsWithGamma(t *testing.T) {
+	for _, p := range []int{64, 1024} {
+		n := 64 * p
+		cfg := closedFormMachine(p, 1<<30)
+		cfg.Compute = sim.Compute{Mode: sim.ComputeModel}
+		model := collectives.CostModel{Alpha: cfAlpha, Beta: 1 / cfRate, Gamma: 1 / 4e9}
+		for _, a := range []collectives.Algo{collectives.AlgoRing, collectives.AlgoRecursiveDoubling, collectives.AlgoRabenseifner} {
+			res := simulate(t, cfg, Case{Op: "allreduce", N: n, Algo: a, Seed: 1, Model: model})
+			if !near(res.Seconds, res.Predicted) {
+				t.Errorf("P=%d %v: simulated %.6g us, the model predicts %.6g us", p, a, res.Seconds*1e6, res.Predicted*1e6)
+			}
+		}
+	}
+}

@@ -49,10 +49,10 @@
 // switch's downlink, each HostsPerSwitch·Rate/Oversubscription.
 //
 // Computation is charged by Compute.Mode: ComputeModel (the default)
-// charges each received byte of a reducing operation at the cost model's
-// kernel rate (Gamma dense, SparseGamma sparse) on the receiver's CPU,
-// which serialises them, before the receive completes; ComputeMeasured
-// charges the wall time a goroutine ran between two transport calls
-// (only one runs at a time); ComputeNone charges nothing, for the closed
-// forms of docs/ALGORITHMS.md.
+// charges the bytes each reduction and merge of the collectives reports
+// (transport.Work, a no-op on other transports) at the cost model's kernel
+// rate (Gamma dense, SparseGamma sparse) to the goroutine that ran it;
+// ComputeMeasured charges the wall time a goroutine ran between two
+// transport calls (only one runs at a time); ComputeNone charges nothing,
+// for the closed forms of docs/ALGORITHMS.md.
 package sim

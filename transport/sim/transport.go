@@ -24,7 +24,22 @@ var (
 	_ transport.Transport    = (*Transport)(nil)
 	_ transport.Goroutines   = (*Transport)(nil)
 	_ transport.SegmentSizer = (*Transport)(nil)
+	_ transport.Worker       = (*Transport)(nil)
 )
+
+// Work implements transport.Worker: with ComputeModel the calling
+// goroutine is charged bytes at the kernel's rate.
+func (t *Transport) Work(k transport.Kernel, bytes int) {
+	w := t.w
+	if w.compute.Mode != ComputeModel || w.cur == nil {
+		return
+	}
+	perByte := w.compute.Gamma
+	if k == transport.KernelMerge {
+		perByte = w.compute.SparseGamma
+	}
+	w.charge(float64(bytes) * perByte)
+}
 
 func (t *Transport) Name() string { return "sim" }
 func (t *Transport) Rank() int    { return t.rank }
@@ -75,12 +90,7 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	m := &message{t: t, dst: peer, path: w.net.path(t.rank, peer), data: data, prevEnd: w.now}
 	m.done = func() { req.Complete(nil, nil) }
 	m.deliver = func(at float64) {
-		at += w.cfg.Overhead
-		if c := w.reduceCost(desc.Kind, n); c > 0 {
-			at = max(at, w.cpuFree[peer]) + c
-			w.cpuFree[peer] = at
-		}
-		w.at(at, func() { w.ranks[peer].arrive(t.rank, tag, desc, data) })
+		w.at(at+w.cfg.Overhead, func() { w.ranks[peer].arrive(t.rank, tag, desc, data) })
 	}
 	w.cross(m, 0, w.now)
 	return req

@@ -17,10 +17,11 @@ const (
 type ComputeMode int
 
 const (
-	// ComputeModel charges each received byte of a reducing operation at
-	// the cost model's rate for its kernel (Compute.Gamma for dense
-	// reductions, Compute.SparseGamma for sparse merges), on the
-	// receiving rank's CPU, before the receive completes. Deterministic.
+	// ComputeModel charges the bytes every reduction and merge of the
+	// collectives reports (transport.Work) at the cost model's rate for
+	// its kernel (Compute.Gamma for dense reductions and scatter-adds,
+	// Compute.SparseGamma for sparse merges), to the goroutine that ran
+	// it. Deterministic.
 	ComputeModel ComputeMode = iota
 	// ComputeMeasured charges the wall time a goroutine ran between two
 	// calls into the transport (only one runs at a time, so that is its
@@ -111,7 +112,6 @@ type World struct {
 	waiting map[*transport.Request]waiter
 	waitSeq uint64
 	idle    chan struct{}
-	cpuFree []float64
 	panics  []any
 	compute Compute
 }
@@ -122,7 +122,7 @@ func New(cfg Config) (*World, error) {
 		return nil, err
 	}
 	w := &World{cfg: cfg, net: newNetwork(cfg), waiting: make(map[*transport.Request]waiter),
-		idle: make(chan struct{}, 1), cpuFree: make([]float64, cfg.Ranks), compute: cfg.Compute}
+		idle: make(chan struct{}, 1), compute: cfg.Compute}
 	for r := range cfg.Ranks {
 		w.ranks = append(w.ranks, &Transport{w: w, rank: r, m: transport.NewMatcher(r, 0)})
 	}
@@ -181,18 +181,3 @@ func (w *World) Busiest() Link {
 // ResetCounters zeroes the links' byte counts (not the transports'
 // statistics, which count from their creation as on every transport).
 func (w *World) ResetCounters() { w.net.resetCounters() }
-
-// reduceCost is the modelled CPU time of n bytes of an operation of kind
-// arriving: what the receiver spends reducing or merging them.
-func (w *World) reduceCost(kind transport.OpKind, n int) float64 {
-	if w.compute.Mode != ComputeModel {
-		return 0
-	}
-	switch kind {
-	case transport.OpAllreduce, transport.OpReduceScatter:
-		return float64(n) * w.compute.Gamma
-	case transport.OpSparseAllreduce:
-		return float64(n) * w.compute.SparseGamma
-	}
-	return 0
-}
