@@ -41,8 +41,11 @@
 // between two messages leaving; the head crosses the network in Latency
 // (L) and the bytes are serialised again on the receiver's ingress, again
 // after the messages before them (cut-through: a message alone costs
-// L + n·G). The send completes when its last byte has left the egress; the
-// receive, Overhead after its last byte arrived. With Hosts, the ranks of
+// L + n·G). A link is busy for its own serialisation only: behind a
+// slower link a message trickles through while the link carries others
+// (a fluid view of packet switching). The send completes when its last
+// byte has left the egress; the receive, Overhead after its last byte
+// arrived. With Hosts, the ranks of
 // a host share one NIC and reach each other through shared memory, a port
 // per rank at ShmRate after ShmLatency; with FatTree, messages between
 // leaf switches also cross the source switch's uplink and the destination

@@ -144,10 +144,14 @@ func (w *World) cross(m *message, i int, head float64) {
 	h := m.path[i]
 	l := &w.net.links[h.link]
 	start := max(head, l.free)
-	end := max(start+float64(len(m.data))*l.perB, m.prevEnd+h.lat)
-	l.free = end
+	busy := float64(len(m.data)) * l.perB
+	end := max(start+busy, m.prevEnd+h.lat)
+	// The link is busy for its own serialisation only: behind a slower
+	// link the message trickles through, and the link carries other
+	// messages' packets meanwhile (a fluid view of packet switching).
+	l.free = start + busy
 	if i == 0 {
-		l.free = max(end, start+w.cfg.Gap)
+		l.free = max(l.free, start+w.cfg.Gap)
 		w.at(end, m.done)
 	}
 	l.bytes += int64(len(m.data))
