@@ -334,6 +334,7 @@ func (x *transfer[T]) arrive(op *Op, k int, req *transport.Request, dst []T, sen
 		}
 	}
 	ReduceInto(x.red, dst, FromBytes[T](payload))
+	transport.Work(op.T, transport.KernelReduce, len(payload))
 	return nil
 }
 

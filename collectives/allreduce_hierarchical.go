@@ -82,7 +82,7 @@ func hierarchicalAllreduce[T Float](op *Op, data []T, red ReduceOp, model CostMo
 	if len(lv.local) > 1 {
 		stages = append(stages, h.gather)
 	}
-	return runChunkPipeline(chunks, stages)
+	return runChunkPipeline(op.Ctx, op.T, chunks, stages)
 }
 
 // hierarchicalChunked is one hierarchical allreduce cut into chunks; its

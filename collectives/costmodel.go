@@ -41,6 +41,11 @@ func (m CostModel) sparseGamma() float64 {
 	return m.Gamma * sparseMergeFactor
 }
 
+// SparseGammaOrDefault is SparseGamma, or its default when 0: what the
+// sparse predictions charge per byte merged (the simulator charges the
+// same, transport/sim).
+func (m CostModel) SparseGammaOrDefault() float64 { return m.sparseGamma() }
+
 // indexCodec is IndexCodec or its default.
 func (m CostModel) indexCodec() float64 {
 	if m.IndexCodec > 0 {

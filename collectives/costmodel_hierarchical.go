@@ -17,6 +17,22 @@ func (m CostModel) chooseAllreduceOn(topo *Topology, bytes, p int) Algo {
 	return flat
 }
 
+// PredictAllreduceOn is PredictAllreduce's time on the hosts of topo
+// (nil: one rank per host), where AlgoHierarchical is priced and AlgoAuto
+// resolves as Allreduce resolves it on an Op with that topology.
+func (m CostModel) PredictAllreduceOn(a Algo, topo *Topology, bytes, p int) float64 {
+	if a == AlgoAuto {
+		a = m.chooseAllreduceOn(topo, bytes, p)
+	}
+	if a == AlgoHierarchical {
+		if !topo.hierarchical() || len(topo.Hosts) != p {
+			return math.Inf(1)
+		}
+		return m.hierarchicalTime(topo, bytes)
+	}
+	return m.allreduceTime(a, bytes, p)
+}
+
 // hierarchicalTime is the modelled time of hierarchicalAllreduce: for
 // each of its K chunks of c bytes, the ring reduce-scatter and allgather
 // of c bytes among the L ranks of a host on the local link, and the best

@@ -77,3 +77,7 @@ func subOpFixed(op *Op, members []int, base uint32) *Op {
 	sub.T.(*group).fixed = &desc
 	return sub
 }
+
+// Unwrap returns the parent transport (transport.Unwrapper), where
+// transport.Go finds a simulator's goroutines.
+func (g *group) Unwrap() transport.Transport { return g.Transport }

@@ -188,5 +188,6 @@ func (s *reduceScatterStage[T]) arrive(i int, payload []byte) error {
 		}
 		ReduceInto(s.red, FromBytes[T](slot), s.in[lo:hi])
 	}
+	transport.Work(s.op.T, transport.KernelReduce, want)
 	return nil
 }

@@ -28,6 +28,7 @@ func allgatherAllreduce[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 	if err := sparse.SumAll(res, parts); err != nil {
 		return c.op.Fail(err)
 	}
+	transport.Work(c.op.T, transport.KernelMerge, entryBytes(parts))
 	if denseOut {
 		c.finish(out, res, true)
 	}

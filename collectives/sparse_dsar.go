@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
 )
 
 // dsarAllreduce is SparCML's DSAR split-allgather: the same sparse
@@ -43,6 +44,7 @@ func dsarAllreduce[T Float](c *spCall[T], out *sparse.Vector[T]) error {
 	if err := sparse.AddAllTo(acc, parts); err != nil {
 		return c.op.Fail(err)
 	}
+	transport.Work(c.op.T, transport.KernelReduce, entryBytes(parts))
 	return gather.run()
 }
 
@@ -61,6 +63,7 @@ func dsarQuantized[T Float](c *spCall[T], out *sparse.Vector[T]) error {
 	if err := sparse.AddAllTo(acc.Values, parts); err != nil {
 		return c.op.Fail(err)
 	}
+	transport.Work(c.op.T, transport.KernelReduce, entryBytes(parts))
 	return c.gatherRanges(acc, out, true)
 }
 

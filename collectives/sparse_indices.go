@@ -75,3 +75,18 @@ func (c *spCall[T]) encodeExact(dst []byte, v *sparse.Vector[T], lo, hi int) ([]
 	}
 	return v.AppendEncodeRange(dst, lo, hi)
 }
+
+// entryBytes is the size of the entries of parts (an index and a value
+// each, a value alone when dense): what a merge or scatter-add of them
+// reads, as transport.Work reports it.
+func entryBytes[T Float](parts []*sparse.Vector[T]) int {
+	n := 0
+	for _, v := range parts {
+		if v.Dense {
+			n += len(v.Values) * sparse.ValueSize[T]()
+		} else {
+			n += v.NNZ() * (sparse.IndexSize + sparse.ValueSize[T]())
+		}
+	}
+	return n
+}

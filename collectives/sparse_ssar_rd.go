@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
 )
 
 // ssarRecursiveDoubling is SparCML's SSAR recursive doubling: log2(P)
@@ -60,6 +61,7 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 		if err := sparse.Add(dst, cur, recvd); err != nil {
 			return c.op.Fail(err)
 		}
+		transport.Work(c.op.T, transport.KernelMerge, entryBytes([]*sparse.Vector[T]{cur, recvd}))
 		cur = dst
 		return nil
 	}

@@ -20,6 +20,7 @@ type Request struct {
 	err        error
 	wait       func(ctx context.Context, r *Request) error
 	watch      func(r *Request)
+	notify     func(r *Request)
 }
 
 // NewRequest returns a pending request.
@@ -46,6 +47,9 @@ func (r *Request) Complete(data []byte, err error) bool {
 	}
 	r.data, r.err = data, err
 	close(r.done)
+	if r.notify != nil {
+		r.notify(r)
+	}
 	return true
 }
 
@@ -68,6 +72,13 @@ func (r *Request) SetWaiter(wait func(ctx context.Context, r *Request) error) {
 // that progresses in waiters (see SetWaiter) must progress on its own. A
 // transport calls it before handing the request out.
 func (r *Request) SetWatcher(watch func(r *Request)) { r.watch = watch }
+
+// SetNotify registers notify, called by the completing goroutine right
+// after the request completes: a transport that schedules its ranks'
+// goroutines itself (the simulator, transport/sim) learns so that the
+// waiter may run, whoever completed the request. A transport calls it
+// before handing the request out.
+func (r *Request) SetNotify(notify func(r *Request)) { r.notify = notify }
 
 // Done is closed when the request completes.
 func (r *Request) Done() <-chan struct{} {

@@ -35,6 +35,10 @@ usage:
         benchmark a collective, nccl-tests style
 `)
 	fmt.Fprintf(&b, "        flags: %s\n", wrap(flagNames(newBenchFlags(&benchConfig{}, &benchFlagValues{}), hiddenBenchFlags), 64, "               "))
+	b.WriteString(`  sparcml sim [-n P] [--op OP] [--sizes MIN:MAX] [--algo A,B|all] [flags]
+        the library's collectives over a simulated network in virtual time
+`)
+	fmt.Fprintf(&b, "        flags: %s\n", wrap(flagNames(newSimFlags(&simConfig{}, &simFlagValues{}), nil), 64, "               "))
 	b.WriteString(`  sparcml train [-n N] [--model mlp|logreg] [--data D] [--reduce R] [flags]
         data-parallel training: an MLP on Fashion-MNIST or logistic regression
         on LIBSVM or generated data, dense, sparse or top-k gradient reduction
@@ -89,6 +93,8 @@ func realMain(args []string) int {
 		err = benchCmd(args[1:])
 	case "train":
 		err = trainCmd(args[1:])
+	case "sim":
+		err = simCmd(args[1:])
 	case "trace":
 		err = traceCmd(os.Stdout, args[1:])
 	case "devices":

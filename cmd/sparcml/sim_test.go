@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runSimCmd runs `sparcml sim args` in process and returns its output.
+func runSimCmd(t *testing.T, args ...string) []byte {
+	t.Helper()
+	cfg, err := parseSimFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := runSim(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	out := newSimReporter(&b, cfg.format)
+	for _, r := range rows {
+		if err := out.row(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out.close()
+	return b.Bytes()
+}
+
+// TestSimOutputIdentical: two runs print the same bytes, in every format
+// (virtual time does not depend on the machine's load).
+func TestSimOutputIdentical(t *testing.T) {
+	for _, format := range []string{"table", "json", "csv"} {
+		args := []string{"-n", "16,32", "--op", "sparse-allreduce", "--sizes", "32K", "--density", "0.01,0.1",
+			"--dist", "powerlaw", "--algo", "all", "--check", "--topology", "fattree", "--ranks-per-host", "4",
+			"--oversubscription", "2", "--format", format}
+		a, b := runSimCmd(t, args...), runSimCmd(t, args...)
+		if !bytes.Equal(a, b) {
+			t.Errorf("--format %s: two runs differ:\n%s\n%s", format, a, b)
+		}
+		if bytes.Contains(a, []byte("FAIL")) {
+			t.Errorf("--format %s: a wrong result:\n%s", format, a)
+		}
+	}
+}
+
+// TestSimCalibration: --calibration takes the network and kernels of a
+// bench row's cost_model.
+func TestSimCalibration(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bench.json")
+	row := `{"op":"allreduce","cost_model":{"alpha_us":30,"beta_gbps":0.125,"gamma_gbps":2,"sparse_gamma_gbps":0.5,"index_codec_ns":4}}`
+	if err := os.WriteFile(file, []byte("# a comment line\n"+row+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseSimFlags([]string{"--calibration", file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*b }
+	if !near(cfg.machine.Latency, 30e-6) || !near(cfg.machine.Rate, 0.125e9) || !near(cfg.model.Gamma, 1/2e9) || !near(cfg.model.Alpha, 30e-6) {
+		t.Errorf("calibration not applied: latency %v rate %v gamma %v alpha %v", cfg.machine.Latency, cfg.machine.Rate,
+			cfg.model.Gamma, cfg.model.Alpha)
+	}
+}
+
+// TestSimPlot draws one line per algorithm.
+func TestSimPlot(t *testing.T) {
+	cfg, err := parseSimFlags([]string{"-n", "4:16", "--sizes", "4K", "--algo", "ring,recursive-doubling"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := runSim(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := string(plotSVG(rows))
+	if n := strings.Count(svg, "<polyline"); n != 2 {
+		t.Errorf("%d lines, want 2", n)
+	}
+}

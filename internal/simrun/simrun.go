@@ -1,0 +1,140 @@
+// Package simrun runs one case of a collective over the simulated network
+// of transport/sim: every rank's seeded input, the collective itself (the
+// library's own code), the check against the sum computed locally, and
+// what `sparcml sim` reports. Adding a collective is adding an Op to Ops.
+package simrun
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/quant"
+	"github.com/sparcml/sparcml/transport/sim"
+)
+
+// Case is one simulated call.
+type Case struct {
+	Op      string
+	N       int     // elements
+	Density float64 // sparse ops: nonzeros per rank, as a fraction of N
+	Dist    string  // sparse ops: uniform or powerlaw
+	Algo    collectives.Algo
+	Quant   quant.Kind
+	Seed    uint64
+	Model   collectives.CostModel // AlgoAuto's model and the predictions
+
+	topo *collectives.Topology // the simulated hosts (set by Run)
+}
+
+// Op is a collective `sparcml sim` can run.
+type Op interface {
+	// Algos are the algorithms it accepts, AlgoAuto first.
+	Algos() []collectives.Algo
+	// Prepare makes every rank's input for c on p ranks.
+	Prepare(c Case, p int) (Instance, error)
+}
+
+// Instance is one prepared call of an Op.
+type Instance interface {
+	// Run runs the call as rank on op (from the rank's simulated
+	// goroutine) and returns the algorithm that ran.
+	Run(op *collectives.Op, rank int) (collectives.Algo, error)
+	// Wrong counts the result elements, over every rank, that differ
+	// from the reference computed locally from every rank's input.
+	Wrong() int64
+	// Predict is the cost model's time and bytes sent by every rank for
+	// the algorithm that ran, after Run.
+	Predict(algo collectives.Algo) (seconds float64, bytesPerRank []int64)
+}
+
+// Ops are the collectives by name.
+var Ops = map[string]Op{
+	"allreduce":        denseAllreduce{},
+	"sparse-allreduce": sparseAllreduce{},
+}
+
+// OpNames lists Ops in order.
+func OpNames() []string {
+	var names []string
+	for n := range Ops {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Result is what one simulated call did.
+type Result struct {
+	P            int
+	Algo         collectives.Algo // the algorithm that ran (auto's choice)
+	Seconds      float64          // virtual time from the call's start to the last rank's return
+	BytesSent    []int64          // payload bytes every rank sent
+	Busiest      sim.Link
+	Predicted    float64 // the cost model's seconds for Algo
+	PredictedB   []int64 // and its bytes per rank
+	Wrong        int64   // -1 when not checked
+	Errors       []error // per rank, nil entries when fine
+	WallSeconds  float64
+	MaxBytesSent int64
+}
+
+// Run simulates c on the machine cfg. The check runs when check is set.
+func Run(cfg sim.Config, c Case, check bool) (Result, error) {
+	op, ok := Ops[c.Op]
+	if !ok {
+		return Result{}, fmt.Errorf("unknown op %q", c.Op)
+	}
+	if cfg.Compute.Gamma == 0 {
+		cfg.Compute.Gamma = c.Model.Gamma
+	}
+	if cfg.Compute.SparseGamma == 0 {
+		cfg.Compute.SparseGamma = c.Model.SparseGammaOrDefault()
+	}
+	w, err := sim.New(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	cfg = w.Config()
+	var topo *collectives.Topology
+	if cfg.Topology != sim.Flat {
+		hosts := make([]int, cfg.Ranks)
+		for r := range hosts {
+			hosts[r] = r / cfg.RanksPerHost
+		}
+		topo = &collectives.Topology{Hosts: hosts}
+	}
+	c.topo = topo
+	inst, err := op.Prepare(c, cfg.Ranks)
+	if err != nil {
+		return Result{}, err
+	}
+	p := cfg.Ranks
+	res := Result{P: p, Errors: make([]error, p), BytesSent: make([]int64, p), Wrong: -1}
+	algos := make([]collectives.Algo, p)
+	start := w.Now()
+	ends, err := w.Run(func(t *sim.Transport) {
+		r := t.Rank()
+		o := &collectives.Op{Ctx: context.Background(), T: t, Comm: 1, Seq: 1, Pool: &collectives.Buffers{}, Topo: topo}
+		algos[r], res.Errors[r] = inst.Run(o, r)
+	})
+	if err != nil {
+		return res, err
+	}
+	for r := range p {
+		if res.Errors[r] != nil {
+			return res, fmt.Errorf("rank %d: %w", r, res.Errors[r])
+		}
+		res.Seconds = max(res.Seconds, ends[r]-start)
+		res.BytesSent[r] = int64(w.Transport(r).Stats().BytesSent)
+		res.MaxBytesSent = max(res.MaxBytesSent, res.BytesSent[r])
+	}
+	res.Algo = algos[0]
+	res.Busiest = w.Busiest()
+	res.Predicted, res.PredictedB = inst.Predict(res.Algo)
+	if check {
+		res.Wrong = inst.Wrong()
+	}
+	return res, nil
+}

@@ -1,0 +1,177 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sparcml/sparcml/transport"
+)
+
+// Transport is one rank's end of a simulated network: a
+// transport.Transport whose sends take virtual time. It may only be used
+// from the goroutines the world runs (World.Run, Go).
+type Transport struct {
+	w    *World
+	rank int
+	m    *transport.Matcher
+
+	stats  transport.Stats
+	err    error
+	closed bool
+	caps   transport.Capabilities // Caps, made once (see transport.Capabilities)
+}
+
+var (
+	_ transport.Transport  = (*Transport)(nil)
+	_ transport.Goroutines = (*Transport)(nil)
+	_ transport.Worker     = (*Transport)(nil)
+)
+
+// Work implements transport.Worker: with ComputeModel the calling
+// goroutine is charged bytes at the kernel's rate.
+func (t *Transport) Work(k transport.Kernel, bytes int) {
+	w := t.w
+	if w.compute.Mode != ComputeModel || w.cur == nil {
+		return
+	}
+	perByte := w.compute.Gamma
+	if k == transport.KernelMerge {
+		perByte = w.compute.SparseGamma
+	}
+	w.charge(float64(bytes) * perByte)
+}
+
+func (t *Transport) Name() string { return "sim" }
+func (t *Transport) Rank() int    { return t.rank }
+func (t *Transport) Size() int    { return len(t.w.ranks) }
+
+// Caps implements transport.Transport: the segment size is
+// Config.SegmentBytes; the simulated network has no failure model beyond
+// the contract (no Failed channel, FailLocal, FailOpLocal or Survive).
+func (t *Transport) Caps() transport.Capabilities { return t.caps }
+
+// Go implements transport.Goroutines: fn runs as a goroutine of this rank
+// under the world's scheduler.
+func (t *Transport) Go(fn func()) *transport.Request { return t.w.spawn(t.rank, fn) }
+
+// NewSignal implements transport.Goroutines.
+func (t *Transport) NewSignal() *transport.Request {
+	return t.w.newRequest(-1, transport.Tag{}, false)
+}
+
+func (t *Transport) checkPeer(peer int) error {
+	if peer < 0 || peer >= len(t.w.ranks) || peer == t.rank {
+		return fmt.Errorf("%w: rank %d: peer %d out of range [0,%d) or self", transport.ErrInvalid, t.rank, peer, len(t.w.ranks))
+	}
+	return nil
+}
+
+// Send implements transport.Transport. The payload is copied at once; the
+// request completes when its last byte has left the sender's first link.
+func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs ...[]byte) *transport.Request {
+	w := t.w
+	w.enter()
+	if err := t.checkPeer(peer); err != nil {
+		return transport.Failed(peer, tag, true, err)
+	}
+	if err := t.Err(); err != nil {
+		return transport.Failed(peer, tag, true, err)
+	}
+	w.charge(w.cfg.Overhead)
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	data := transport.GetBuf(n)[:0] // back to the pool once delivered (arrive)
+	for _, b := range bufs {
+		data = append(data, b...)
+	}
+	req := w.newRequest(peer, tag, true)
+	t.stats.BytesSent += uint64(n)
+	t.stats.MsgsSent++
+	m := &message{t: t, dst: peer, path: w.net.path(t.rank, peer), data: data, prevEnd: w.now}
+	m.done = func() { req.Complete(nil, nil) }
+	m.deliver = func(at float64) {
+		w.at(at+w.cfg.Overhead, func() { w.ranks[peer].arrive(t.rank, tag, desc, data) })
+	}
+	w.cross(m, 0, w.now)
+	return req
+}
+
+// arrive hands a message to the receiver's matcher.
+func (t *Transport) arrive(src int, tag transport.Tag, desc transport.Desc, data []byte) {
+	defer transport.PutBuf(data)
+	c, err := t.m.TryClaim(src, tag, desc, len(data))
+	if err != nil {
+		return // this rank failed or closed: the message is lost with it
+	}
+	if dst := c.Dst(); dst != nil {
+		copy(dst, data)
+	}
+	t.stats.BytesRecv += uint64(len(data))
+	t.stats.MsgsRecv++
+	c.Finish()
+}
+
+// Recv implements transport.Transport.
+func (t *Transport) Recv(peer int, tag transport.Tag, desc transport.Desc, buf []byte) *transport.Request {
+	t.w.enter()
+	if err := t.checkPeer(peer); err != nil {
+		return transport.Failed(peer, tag, false, err)
+	}
+	r := t.m.Post(peer, tag, desc, buf)
+	t.w.hook(r)
+	return r
+}
+
+// FailOp implements transport.Transport; the peers learn at once, with
+// the failure's code (transport.FailureOf), as over a real network.
+func (t *Transport) FailOp(comm uint32, seq uint64, err error) {
+	t.m.FailOp(comm, seq, err)
+	remote := transport.FailureOf(t.rank, err)
+	for _, p := range t.w.ranks {
+		if p != t {
+			p.m.FailOp(comm, seq, remote)
+		}
+	}
+}
+
+// Abort implements transport.Transport: the peers see this rank lost.
+func (t *Transport) Abort(err error) {
+	if t.err != nil {
+		return
+	}
+	t.err = fmt.Errorf("%w: %w", transport.ErrAborted, err)
+	t.m.Abort(t.err)
+	lost := &transport.PeerError{Peer: t.rank, Kind: transport.ErrPeerLost, Err: t.err}
+	for _, p := range t.w.ranks {
+		if p != t {
+			p.m.FailPeer(t.rank, lost)
+		}
+	}
+}
+
+// Err implements transport.Transport.
+func (t *Transport) Err() error { return t.err }
+
+// Stats implements transport.Transport.
+func (t *Transport) Stats() transport.Stats { return t.stats }
+
+// Close implements transport.Transport.
+func (t *Transport) Close() error {
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	if t.err == nil {
+		t.err = transport.ErrClosed
+	}
+	t.m.Abort(transport.ErrClosed)
+	bye := &transport.PeerError{Peer: t.rank, Kind: transport.ErrPeerLost, Err: errors.New("closed its transport")}
+	for _, p := range t.w.ranks {
+		if p != t {
+			p.m.FailPeer(t.rank, bye)
+		}
+	}
+	return nil
+}
