@@ -75,6 +75,7 @@ var descFields = map[transport.OpKind]string{
 	transport.OpP2P:             "dtype count",
 	transport.OpSparseAllreduce: "dtype reduce algo dim codec",
 	transport.OpSparseAllgather: "dtype algo dim codec",
+	transport.OpGlobalTopk:      "dtype reduce dim codec",
 }
 
 // DescString prints a descriptor with this package's names for its
