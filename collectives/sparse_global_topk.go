@@ -31,14 +31,18 @@ import (
 //     K-th magnitude itself are kept in index order up to K, each owner's
 //     share from one allreduce of P counts. Exactly min(K, nonzero sums)
 //     are kept.
-//     - other calls: the magnitudes at or above the state's estimate.
+//     - other calls: the state's estimate (EstimateHistogram: one
+//     allreduce of 257 counts of the sums by magnitude around the last
+//     threshold, the exact selection when the K-th falls outside them;
+//     EstimateReuse: the last threshold, no communication).
 //  3. Bruck allgather of the kept ranges (ssar-split's gatherRanges), each
 //     in its smaller encoding: about K·c·(P-1)/P bytes.
 //
 // Messages: P-1 + ceil(log2 P), plus on exact calls ceil(log2 P) for the
-// ranges and ceil(log2 P) per selection round. Bytes sent per rank:
-// (k_r + K)·c·(P-1)/P, plus on exact calls about 2 KiB·ceil(log2 P) per
-// round; Ok-Topk's bound is 6K(P-1)/P words.
+// ranges and ceil(log2 P) per selection round (one round on estimated
+// calls). Bytes sent per rank: (k_r + K)·c·(P-1)/P, plus about
+// 2 KiB·ceil(log2 P) per selection round; Ok-Topk's bound is
+// 6K(P-1)/P words (index and value).
 //
 // Every index is decided by exactly one owner, so the result is the same
 // on every rank. dropped receives this rank's entries of in that the
@@ -141,11 +145,9 @@ func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkSta
 	if err := sparse.SumAll(red, parts); err != nil {
 		return c.op.Fail(err)
 	}
-	cut := globalTopkCut{key: magnitudeKey[T](st.threshold), quota: math.MaxInt}
-	if exact {
-		if cut, err = c.selectKth(red, opts.K, res); err != nil {
-			return err
-		}
+	cut, err := c.thresholdRule(red, st, opts.K, &exact, res)
+	if err != nil {
+		return err
 	}
 	kept := c.vector()
 	keepAbove(kept, red, cut)
@@ -156,8 +158,25 @@ func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkSta
 	res.Kept = storedNonzero(out)
 	res.Dropped = droppedEntries(c.in, out, dropped)
 	finishReduce(opts.Reduce, out.Values, c.p)
-	st.update(opts.K, exact, res.Threshold, res.Kept)
+	st.update(opts.K, exact, res.Threshold)
 	return nil
+}
+
+// thresholdRule returns the rule of this call: the exact selection on an
+// exact call, else the state's estimate (which may fall back to the exact
+// selection, setting *exact).
+func (c *spCall[T]) thresholdRule(red *sparse.Vector[T], st *GlobalTopkState, k int, exact *bool, res *GlobalTopkStats) (globalTopkCut, error) {
+	if !*exact {
+		if st.Estimator == EstimateReuse {
+			return globalTopkCut{key: magnitudeKey[T](st.threshold), quota: math.MaxInt}, nil
+		}
+		cut, ok, err := c.estimateCut(red, k, st.threshold, res)
+		if ok || err != nil {
+			return cut, err
+		}
+		*exact = true
+	}
+	return c.selectKth(red, k, res)
 }
 
 // globalTopkCut is the threshold rule: an owner keeps a nonzero sum whose

@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"math"
+	"slices"
 
 	"github.com/sparcml/sparcml/sparse"
 )
@@ -106,21 +107,25 @@ const DefaultGlobalTopkPeriod = 8
 type ThresholdEstimator uint8
 
 const (
-	// EstimateAdjust (the default) scales the last threshold after every
-	// call by (kept/K)^(1/a), a the slope of log(count) against
-	// log(threshold) between the last two calls (1 until there are two,
-	// within [1/4, 4]), the factor within [1/4, 4]: it follows a
-	// gradient whose magnitudes drift between exact calls.
-	EstimateAdjust ThresholdEstimator = iota
+	// EstimateHistogram (the default) counts every owner's sums in 256
+	// buckets of 1/32 octave around the last threshold (one allreduce of
+	// 257 counts, 2 KiB) and keeps the sums above the bucket edge whose
+	// count is nearest K; when the K-th sum falls outside the buckets'
+	// range (a factor 16 either way) the call selects exactly instead.
+	// It follows magnitudes that drift between exact calls, as error
+	// feedback makes them do (TestGlobalTopkEstimatorTracksK compares it
+	// with EstimateReuse).
+	EstimateHistogram ThresholdEstimator = iota
 	// EstimateReuse keeps the exact call's threshold until the next, as
-	// Ok-Topk does.
+	// Ok-Topk does: no communication, but the kept count follows the
+	// gradient's magnitudes.
 	EstimateReuse
 )
 
 func (e ThresholdEstimator) String() string {
 	switch e {
-	case EstimateAdjust:
-		return "adjust"
+	case EstimateHistogram:
+		return "histogram"
 	case EstimateReuse:
 		return "reuse"
 	}
@@ -143,8 +148,6 @@ type GlobalTopkState struct {
 	k         int
 	threshold float64
 	bounds    []int
-	lastT     float64
-	lastKept  int
 }
 
 // Threshold is the magnitude the next estimated call keeps sums at or
@@ -165,24 +168,67 @@ func (s *GlobalTopkState) exactDue(k, dim, p int) bool {
 	return s.calls == 0 || s.calls >= period || s.k != k || len(s.bounds) != p+1 || s.bounds[p] != dim
 }
 
-// update takes in a call's threshold t and kept count.
-func (s *GlobalTopkState) update(k int, exact bool, t float64, kept int) {
+// update takes in a call's threshold t.
+func (s *GlobalTopkState) update(k int, exact bool, t float64) {
 	if exact {
-		s.calls, s.k, s.threshold, s.lastT, s.lastKept = 1, k, t, t, kept
-		return
+		s.calls, s.k = 1, k
+	} else {
+		s.calls++
 	}
-	s.calls++
-	if s.Estimator == EstimateReuse || t == 0 || k == 0 {
-		return
+	s.threshold = t
+}
+
+// estimateBuckets is EstimateHistogram's bucket count, estimateOctave
+// the buckets per octave: the range is a factor 2^(256/32/2) = 16 either
+// side of the last threshold.
+const (
+	estimateBuckets = 256
+	estimateOctave  = 32
+)
+
+// estimateCut is EstimateHistogram: it returns the rule keeping the sums
+// at or above the bucket edge whose count over every owner is nearest k,
+// or ok false when the k-th sum lies outside the buckets (or there is no
+// last threshold), for the caller to select exactly.
+func (c *spCall[T]) estimateCut(red *sparse.Vector[T], k int, last float64, res *GlobalTopkStats) (cut globalTopkCut, ok bool, err error) {
+	if !(last > 0) || math.IsInf(last, 0) || k == 0 {
+		return cut, false, nil
 	}
-	a := 1.0
-	if s.lastT > 0 && s.lastT != t && s.lastKept > 0 && kept > 0 {
-		slope := -math.Log(float64(kept)/float64(s.lastKept)) / math.Log(t/s.lastT)
-		if slope > 0 {
-			a = min(max(slope, 0.25), 4)
+	// edges[j] is the key of last·2^((j-128)/32); counts[j] the keys in
+	// [edges[j], edges[j+1]), counts[256] those at or above edges[256].
+	var edges [estimateBuckets + 1]uint64
+	for j := range edges {
+		edges[j] = magnitudeKey[T](last * math.Exp2(float64(j-estimateBuckets/2)/estimateOctave))
+	}
+	counts := make([]float64, estimateBuckets+1)
+	forEachStored(red, func(_ uint32, x T) {
+		if x == 0 {
+			return
 		}
+		key := magnitudeKey[T](float64(x))
+		if j, found := slices.BinarySearch(edges[:], key); found {
+			counts[j]++
+		} else if j > 0 {
+			counts[j-1]++
+		}
+	})
+	if err := c.allreduceCounts(counts, res); err != nil {
+		return cut, false, err
 	}
-	f := math.Pow(float64(max(kept, 1))/float64(k), 1/a)
-	s.lastT, s.lastKept = t, kept
-	s.threshold = t * min(max(f, 0.25), 4)
+	need := float64(k)
+	above := counts[estimateBuckets]
+	if above > need {
+		return cut, false, nil
+	}
+	for j := estimateBuckets - 1; j >= 0; j-- {
+		if above+counts[j] >= need {
+			edge := j + 1 // keeps above, fewer than k
+			if above+counts[j]-need < need-above {
+				edge = j // keeps above+counts[j], nearer k
+			}
+			return globalTopkCut{key: edges[edge], quota: math.MaxInt}, true, nil
+		}
+		above += counts[j]
+	}
+	return cut, false, nil
 }

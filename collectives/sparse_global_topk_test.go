@@ -164,7 +164,7 @@ func gtkCheck[T collectives.Float](t *testing.T, in []*sparse.Vector[T], k int, 
 	p := len(in)
 	for c, call := range res {
 		exact := call.stats[0].Exact
-		kept, dropped := gtkReference(in, k, exact, call.threshold[0])
+		kept, dropped := gtkReference(in, k, exact, call.stats[0].Threshold)
 		if red == collectives.Avg {
 			for i, x := range kept {
 				kept[i] = x / T(p)
@@ -174,8 +174,8 @@ func gtkCheck[T collectives.Float](t *testing.T, in []*sparse.Vector[T], k int, 
 			t.Fatalf("call %d: reference keeps %d > K=%d", c, len(kept), k)
 		}
 		for r := range p {
-			if call.stats[r].Exact != exact || call.threshold[r] != call.threshold[0] {
-				t.Fatalf("call %d rank %d: exact %v threshold %v, rank 0 %v %v", c, r, call.stats[r].Exact, call.threshold[r], exact, call.threshold[0])
+			if call.stats[r].Exact != exact || call.threshold[r] != call.threshold[0] || call.stats[r].Threshold != call.stats[0].Threshold {
+				t.Fatalf("call %d rank %d: exact %v threshold %v (state %v), rank 0 %v %v (%v)", c, r, call.stats[r].Exact, call.stats[r].Threshold, call.threshold[r], exact, call.stats[0].Threshold, call.threshold[0])
 			}
 			if err := sameMap(asMap(call.out[r]), kept); err != nil {
 				t.Fatalf("call %d (exact %v) rank %d: result: %v", c, exact, r, err)
@@ -194,18 +194,20 @@ func TestGlobalTopkMatchesReference(t *testing.T) {
 	for _, p := range []int{1, 2, 3, 4, 5, 8} {
 		for _, kind := range []string{"random", "empty-one", "same", "ties"} {
 			for _, red := range []collectives.ReduceOp{collectives.Sum, collectives.Avg} {
-				t.Run(fmt.Sprintf("p%d/%s/%v", p, kind, red), func(t *testing.T) {
-					rng := rand.New(rand.NewPCG(uint64(p), uint64(len(kind))))
-					dim, kr := 2000, 60
-					in := gtkInputs[float32](rng, p, dim, kr, kind)
-					k := kr // the global K of the local selections' density
-					opts := collectives.GlobalTopkOptions{K: k, Reduce: red}
-					res := gtkRun(t, in, 5, collectives.GlobalTopkState{Period: 3}, opts)
-					if !res[0].stats[0].Exact || res[1].stats[0].Exact || !res[3].stats[0].Exact {
-						t.Fatalf("exact calls: %v %v %v, want the first and fourth of period 3", res[0].stats[0].Exact, res[1].stats[0].Exact, res[3].stats[0].Exact)
-					}
-					gtkCheck(t, in, k, red, res)
-				})
+				for _, est := range []collectives.ThresholdEstimator{collectives.EstimateHistogram, collectives.EstimateReuse} {
+					t.Run(fmt.Sprintf("p%d/%s/%v/%v", p, kind, red, est), func(t *testing.T) {
+						rng := rand.New(rand.NewPCG(uint64(p), uint64(len(kind))))
+						dim, kr := 2000, 60
+						in := gtkInputs[float32](rng, p, dim, kr, kind)
+						k := kr // the global K of the local selections' density
+						opts := collectives.GlobalTopkOptions{K: k, Reduce: red}
+						res := gtkRun(t, in, 5, collectives.GlobalTopkState{Period: 3, Estimator: est}, opts)
+						if est == collectives.EstimateReuse && (!res[0].stats[0].Exact || res[1].stats[0].Exact || !res[3].stats[0].Exact) {
+							t.Fatalf("exact calls: %v %v %v, want the first and fourth of period 3", res[0].stats[0].Exact, res[1].stats[0].Exact, res[3].stats[0].Exact)
+						}
+						gtkCheck(t, in, k, red, res)
+					})
+				}
 			}
 		}
 	}
@@ -252,7 +254,7 @@ func TestGlobalTopkQuantizedAgrees(t *testing.T) {
 
 func TestGlobalTopkEstimatorTracksK(t *testing.T) {
 	// A stream of selections whose magnitudes grow 10% a call: the
-	// adjusted estimate keeps the kept count near K where reuse drifts.
+	// histogram estimate keeps the kept count near K where reuse drifts.
 	rng := rand.New(rand.NewPCG(5, 5))
 	p, dim, k := 4, 4000, 100
 	var base []*sparse.Vector[float32]
@@ -286,8 +288,8 @@ func TestGlobalTopkEstimatorTracksK(t *testing.T) {
 		})
 		return worst
 	}
-	adjust, reuse := errAt(collectives.EstimateAdjust), errAt(collectives.EstimateReuse)
-	if !(adjust < reuse) {
-		t.Fatalf("worst relative error of the kept count: adjust %.2f, reuse %.2f; want adjust below", adjust, reuse)
+	hist, reuse := errAt(collectives.EstimateHistogram), errAt(collectives.EstimateReuse)
+	if !(hist < reuse) {
+		t.Fatalf("worst relative error of the kept count: histogram %.2f, reuse %.2f; want histogram below", hist, reuse)
 	}
 }
