@@ -369,8 +369,12 @@ func (z *Compressor[T]) fail(r *CompressRequest, err error) *CompressRequest {
 // completing without this rank's contribution.
 func (z *Compressor[T]) invalid(ctx context.Context, r *CompressRequest, err error) *CompressRequest {
 	r.err = fmt.Errorf("sparcml: rank %d: compressed reduction: %w: %w", z.c.Rank(), ErrInvalid, err)
-	_ = z.c.run(ctx, "sparse-allreduce", func(op *collectives.Op, _ callConfig) (Algo, error) {
-		op.Desc.Kind = transport.OpSparseAllreduce
+	name, kind := "sparse-allreduce", transport.OpSparseAllreduce
+	if z.cfg.Scope == compress.ScopeGlobal {
+		name, kind = "global-topk", transport.OpGlobalTopk
+	}
+	_ = z.c.run(ctx, name, func(op *collectives.Op, _ callConfig) (Algo, error) {
+		op.Desc.Kind = kind
 		return AlgoAuto, op.Fail(r.err)
 	}, nil)
 	close(r.done)
