@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -443,10 +444,16 @@ func TestCompressorMisuse(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	_, err = NewCompressor[float32](comms[0], 10, CompressorConfig{ClipNorm: math.NaN()})
 	require.ErrorIs(t, err, ErrInvalid)
+	_, err = NewCompressor[float32](comms[0], 10, CompressorConfig{Scope: compress.Scope(7)})
+	require.ErrorIs(t, err, ErrInvalid)
 	for _, clip := range []float64{0, 1} {
-		for _, misuse := range []string{"99 entries", "nil output"} {
+		for _, misuse := range []string{"99 entries", "nil output", "99 entries global"} {
+			scope := compress.ScopeUnion
+			if strings.HasSuffix(misuse, "global") {
+				scope, misuse = compress.ScopeGlobal, strings.TrimSuffix(misuse, " global")
+			}
 			errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
-				z, err := NewCompressor[float32](c, 100, CompressorConfig{ClipNorm: clip})
+				z, err := NewCompressor[float32](c, 100, CompressorConfig{ClipNorm: clip, Scope: scope})
 				if err != nil {
 					return err
 				}
@@ -461,7 +468,7 @@ func TestCompressorMisuse(t *testing.T) {
 				return err
 			})
 			require.ErrorIs(t, errs[1], ErrInvalid)
-			t.Logf("clip %v: rank 1: %v; rank 0: %v", clip, errs[1], errs[0])
+			t.Logf("clip %v %v: rank 1: %v; rank 0: %v", clip, scope, errs[1], errs[0])
 			for r := range p {
 				require.ErrorContains(t, errs[r], misuse, "rank %d", r)
 			}

@@ -61,12 +61,15 @@ func GlobalTopk[T Float](op *Op, in, out, dropped *sparse.Vector[T], st *GlobalT
 		return res, sparseFailInvalid(op, "global top-k supports sum and avg, not %v", opts.Reduce)
 	case in == nil || out == nil || dropped == nil || st == nil || in == out || in == dropped || out == dropped:
 		return res, sparseFailInvalid(op, "global top-k needs distinct non-nil input, output and dropped vectors and a state")
-	case opts.K < 0:
+	case opts.K < 0 || uint64(opts.K) > math.MaxUint32:
 		return res, sparseFailInvalid(op, "global top-k of %d entries", opts.K)
 	case !opts.Quant.Valid():
 		return res, sparseFailInvalid(op, "unknown value codec %v", opts.Quant)
 	}
-	op.Desc.Count = uint64(in.Dim)
+	// Every message carries K (in Root, which the op has no other use
+	// for), so ranks that pass different ones fail with ErrMismatch
+	// instead of running different numbers of selection rounds.
+	op.Desc.Count, op.Desc.Root = uint64(in.Dim), int32(uint32(opts.K))
 	if err := in.Validate(); err != nil {
 		return res, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.commRank(op.Rank()), err))
 	}
@@ -83,7 +86,9 @@ func GlobalTopk[T Float](op *Op, in, out, dropped *sparse.Vector[T], st *GlobalT
 	return res, nil
 }
 
-// GlobalTopkOptions are the arguments every rank must pass alike.
+// GlobalTopkOptions are the arguments every rank must pass alike (K,
+// Reduce and Quant travel in every message's descriptor: ranks that
+// differ fail with ErrMismatch on every rank).
 type GlobalTopkOptions struct {
 	// K is the number of entries the result should hold in all (density
 	// times dimension): exactly min(K, nonzero sums) on exact calls, about

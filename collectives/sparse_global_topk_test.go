@@ -3,10 +3,12 @@ package collectives_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,5 +293,32 @@ func TestGlobalTopkEstimatorTracksK(t *testing.T) {
 	hist, reuse := errAt(collectives.EstimateHistogram), errAt(collectives.EstimateReuse)
 	if !(hist < reuse) {
 		t.Fatalf("worst relative error of the kept count: histogram %.2f, reuse %.2f; want histogram below", hist, reuse)
+	}
+}
+
+// Ranks that pass different K (or reductions) fail on every rank with
+// ErrMismatch, within the deadline, instead of running different
+// selections.
+func TestGlobalTopkMismatchedK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	in := gtkInputs[float32](rng, 3, 500, 20, "random")
+	errs := coltest.Run(t, 3, 10*time.Second, func(ctx context.Context, tr transport.Transport) error {
+		k := 20
+		if tr.Rank() == 2 {
+			k = 21
+		}
+		var st collectives.GlobalTopkState
+		_, err := collectives.GlobalTopk(coltest.NewOp(ctx, tr, 1, transport.Desc{}), in[tr.Rank()], &sparse.Vector[float32]{}, &sparse.Vector[float32]{}, &st, collectives.GlobalTopkOptions{K: k})
+		return err
+	})
+	for r, err := range errs {
+		// The ranks that see the mismatch fail with ErrMismatch; the
+		// others learn of it from them.
+		if err == nil || !strings.Contains(err.Error(), "k=20") || !strings.Contains(err.Error(), "k=21") {
+			t.Fatalf("rank %d: %v, want a mismatch naming both K", r, err)
+		}
+	}
+	if !errors.Is(errs[2], transport.ErrMismatch) && !errors.Is(errs[0], transport.ErrMismatch) {
+		t.Fatalf("no rank failed with ErrMismatch: %v", errs)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/compress"
 )
 
 func TestParseSizes(t *testing.T) {
@@ -51,6 +52,10 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--window", "0", "--op", "p2p"}, {"--window", "4", "--op", "allreduce"},
 		{"--algo", "ring,auto"}, {"--op", "sparse-allreduce", "--algo", "dsar,dsar"}, {"--op", "sparse-allreduce", "--algo", "dsar,"},
 		{"--algo", "auto-tensor"}, {"--op", "sparse-allgather", "--algo", "auto-tensor"},
+		{"--scope", "global"}, {"--select", "sampled", "--op", "sparse-allreduce"}, {"--op", "compress", "--scope", "local"},
+		{"--op", "compress", "--scope", "global,global"}, {"--op", "compress", "--select", "best"},
+		{"--op", "compress", "--check", "--quant", "q4"}, {"--op", "compress", "--redop", "sum"},
+		{"--op", "compress", "--global-period", "-1"},
 	} {
 		if _, err := parseBenchFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
@@ -66,6 +71,17 @@ func TestBenchFlagErrors(t *testing.T) {
 	if err != nil || !slices.Equal(cfg.algoNames, []string{"dsar", "auto", "auto-tensor"}) || cfg.algoName != "dsar" ||
 		!slices.Equal(cfg.algos, []sparcml.Algo{sparcml.AlgoDSAR, sparcml.AlgoAuto, sparcml.AlgoAuto}) {
 		t.Fatalf("--algo list: %+v, %v", cfg, err)
+	}
+}
+
+func TestParseCompressFlags(t *testing.T) {
+	cfg, err := parseBenchFlags([]string{"--op", "compress", "--scope", "global, union", "--select", "reuse", "--global-period", "4"})
+	if err != nil || !slices.Equal(cfg.scopes, []compress.Scope{compress.ScopeGlobal, compress.ScopeUnion}) ||
+		cfg.selectMethod != compress.Reuse || cfg.globalPeriod != 4 || cfg.redop != sparcml.Avg {
+		t.Fatalf("--op compress flags: %+v, %v", cfg, err)
+	}
+	if cfg, err = parseBenchFlags([]string{"--op", "compress"}); err != nil || len(cfg.scopes) != 2 {
+		t.Fatalf("--op compress defaults: %+v, %v", cfg, err)
 	}
 }
 
