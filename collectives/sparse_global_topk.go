@@ -124,7 +124,8 @@ type GlobalTopkStats struct {
 	Dropped int
 	// Rounds is the number of selection rounds of an exact call.
 	Rounds int
-	// Bounds are the owners' ranges: rank i owns [Bounds[i], Bounds[i+1]).
+	// Bounds are the owners' ranges: rank i owns [Bounds[i], Bounds[i+1])
+	// (the state's own slice, kept until the next exact call: read only).
 	Bounds []int
 }
 
