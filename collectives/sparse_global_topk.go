@@ -18,8 +18,8 @@ import (
 //
 //  0. Exact calls only (every GlobalTopkState.Period calls, and whenever K
 //     changes): the counts-and-samples allgather of ssar-split's balanced
-//     ranges (Bruck, at most 48+4·256 bytes per rank each round); the
-//     calls in between reuse those ranges.
+//     ranges (Bruck: each rank sends P-1 records of at most 48+4·256
+//     bytes); the calls in between reuse those ranges.
 //  1. Sparse reduce-scatter to the owners of the ranges (ssar-split's
 //     scatterToOwners): P-1 messages, k_r·c·(P-1)/P bytes.
 //  2. Each owner sums its range in rank order and keeps the nonzero sums
