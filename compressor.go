@@ -48,8 +48,9 @@ type CompressorConfig struct {
 	Scope compress.Scope
 	// GlobalPeriod is, with ScopeGlobal, the number of steps an exact
 	// global threshold serves (itself included); the steps in between
-	// adjust it from the count the last one kept (GlobalTopkState). Zero
-	// means collectives.DefaultGlobalTopkPeriod.
+	// estimate it from one allreduce of counts around the last threshold
+	// (collectives.EstimateHistogram). Zero means
+	// collectives.DefaultGlobalTopkPeriod.
 	GlobalPeriod int
 }
 
@@ -61,7 +62,9 @@ type GlobalTopkStats = collectives.GlobalTopkStats
 // sampled threshold, reused threshold or random-k, over the whole buffer
 // or per layer), and averages every rank's selected entries with
 // SparseAllreduce's Avg (whichever algorithm the cost model picks for the
-// counts at hand): the sum of what the ranks sent divided by Size(). It
+// counts at hand): the sum of what the ranks sent divided by Size(); with
+// CompressorConfig.Scope ScopeGlobal only the global top-k of those sums
+// is kept, the rest returned to the residuals. It
 // hands the average back dense, written into the gradient's own
 // buffer (Reduce, Start), or sparse (ReduceSparse, StartSparse).
 //
