@@ -20,6 +20,7 @@ import (
 const (
 	opCompressorCreate = "compressor-create"
 	opCompressorReduce = "sparse-allreduce"
+	opCompressorGlobal = "global-topk" // a reduction of SPARCML_SCOPE_GLOBAL
 )
 
 // compressor is the Go side of a sparcml_compressor: a Compressor of one
@@ -189,7 +190,7 @@ func sparcmlGoCompressorReduce(h *C.sparcml_compressor, buf unsafe.Pointer, coun
 		_, err = z.f64.Reduce(ctx, unsafe.Slice((*float64)(buf), int(count)))
 	}
 	if err != nil {
-		return record(err, z.comm.Rank(), opCompressorReduce)
+		return record(err, z.comm.Rank(), opCompressorReduce) // the error names its collective
 	}
 	return statusOK
 }
@@ -197,7 +198,11 @@ func sparcmlGoCompressorReduce(h *C.sparcml_compressor, buf unsafe.Pointer, coun
 // invalid fails the reduction on every rank, in the place of the
 // collective it would have started.
 func (z *compressor) invalid(format string, args ...any) C.int {
-	return record(z.comm.FailNext(opCompressorReduce, invalidf(format, args...)), z.comm.Rank(), opCompressorReduce)
+	op := opCompressorReduce
+	if z.config().Scope == compress.ScopeGlobal {
+		op = opCompressorGlobal
+	}
+	return record(z.comm.FailNext(op, invalidf(format, args...)), z.comm.Rank(), op)
 }
 
 //export sparcmlGoCompressorResidual

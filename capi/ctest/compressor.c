@@ -296,6 +296,11 @@ static void global_scope(void)
 				CHECK(0, "global: [%zu] sent %g + kept %g != given %g", i, sent[i], kept[i], given[i]);
 				break;
 			}
+		/* A bad gradient on one rank fails the reduction on every rank,
+		 * named as the global reduction. */
+		int bg = bad_rank(529);
+		int rc = sparcml_compressor_reduce(comp, g_rank == bg ? NULL : g, n);
+		check_failed("NULL gradient, global scope", rc, bg, SPARCML_ERR_INVALID, "global-topk");
 	}
 	CHECK_OK(sparcml_compressor_destroy(comp));
 
