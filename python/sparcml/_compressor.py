@@ -87,7 +87,7 @@ class Compressor:
         already in the residual: do not apply it, nor reduce it again."""
         if self._h is None:
             self._create(grad)
-        op = "sparse-allreduce"
+        op = "global-topk" if self.scope == "global" else "sparse-allreduce"
         try:
             ptr, n, dt = buffer(grad, "grad", True)
             if n != self.size or NUMPY_DTYPE[dt] != self.dtype:
