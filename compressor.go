@@ -36,14 +36,35 @@ type CompressorConfig struct {
 	// norm is that of the buffer the Compressor reduces (a layer or a
 	// bucket, when there is one Compressor per buffer).
 	ClipNorm float64
+	// Scope is what the reduction keeps of the ranks' selections:
+	// compress.ScopeUnion (the zero value) averages all of them exactly,
+	// a result of up to Size()·k entries; compress.ScopeGlobal keeps only
+	// about k = the step's count of those sums, the largest in magnitude
+	// over every rank (Ok-Topk's global top-k, collectives.GlobalTopk, on
+	// about 2k entries per rank whatever Size()), and puts back into each
+	// rank's residual what it selected and the global selection dropped.
+	// The global scope is lossy on top of the local selection: a choice
+	// for the user, never made automatically (docs/COMPRESSION.md).
+	Scope compress.Scope
+	// GlobalPeriod is, with ScopeGlobal, the number of steps an exact
+	// global threshold serves (itself included); the steps in between
+	// estimate it from one allreduce of counts around the last threshold
+	// (collectives.EstimateHistogram). Zero means
+	// collectives.DefaultGlobalTopkPeriod.
+	GlobalPeriod int
 }
+
+// GlobalTopkStats describes a global top-k reduction (ScopeGlobal).
+type GlobalTopkStats = collectives.GlobalTopkStats
 
 // Compressor reduces gradients sparsely: each call adds the gradient
 // into the error-feedback residual, selects the entries to send (top-k,
 // sampled threshold, reused threshold or random-k, over the whole buffer
 // or per layer), and averages every rank's selected entries with
 // SparseAllreduce's Avg (whichever algorithm the cost model picks for the
-// counts at hand): the sum of what the ranks sent divided by Size(). It
+// counts at hand): the sum of what the ranks sent divided by Size(); with
+// CompressorConfig.Scope ScopeGlobal only the global top-k of those sums
+// is kept, the rest returned to the residuals. It
 // hands the average back dense, written into the gradient's own
 // buffer (Reduce, Start), or sparse (ReduceSparse, StartSparse).
 //
@@ -72,9 +93,13 @@ type Compressor[T Float] struct {
 	cfg  CompressorConfig
 	sp   *compress.Sparsifier[T]
 	send SparseVector[T]
-	recv SparseVector[T]
-	norm [1]float64
-	last *CompressRequest
+	// global is ScopeGlobal's threshold state; dropped the entries of
+	// send the global selection did not keep.
+	global  collectives.GlobalTopkState
+	dropped SparseVector[T]
+	recv    SparseVector[T]
+	norm    [1]float64
+	last    *CompressRequest
 }
 
 // NewCompressor returns a Compressor for gradients of n entries on c,
@@ -90,12 +115,17 @@ func NewCompressor[T Float](c *Comm, n int, cfg CompressorConfig) (*Compressor[T
 	if !cfg.Quant.Valid() {
 		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: value encoding %v", c.Rank(), ErrInvalid, cfg.Quant)
 	}
+	if !cfg.Scope.Valid() || cfg.GlobalPeriod < 0 {
+		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: scope %v, global period %d", c.Rank(), ErrInvalid, cfg.Scope, cfg.GlobalPeriod)
+	}
 	sp, err := compress.NewSparsifier[T](n, cfg.Sparsify)
 	if err != nil {
 		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: %w", c.Rank(), ErrInvalid, err)
 	}
 	cfg.Sparsify = sp.Config()
-	return &Compressor[T]{c: c, cfg: cfg, sp: sp}, nil
+	z := &Compressor[T]{c: c, cfg: cfg, sp: sp}
+	z.global.Period = cfg.GlobalPeriod
+	return z, nil
 }
 
 // Len is the length of the gradients the Compressor reduces.
@@ -125,13 +155,17 @@ type CompressStats struct {
 	// bytes the reduction sends depend on the algorithm;
 	// Sparse.PredictedBytes is the cost model's estimate of them.
 	SelectedBytes int64
-	// Algo is the algorithm SparseAllreduce ran.
+	// Algo is the algorithm SparseAllreduce ran; with ScopeGlobal,
+	// AlgoSSARSplitAllgather, whose schedule the global top-k follows.
 	Algo Algo
 	// NNZOut is the number of entries of the average (the union of what
-	// every rank sent; the dimension when the sum came back dense).
+	// every rank sent, the dimension when the sum came back dense; with
+	// ScopeGlobal the entries kept).
 	NNZOut int
-	// Sparse is the SparseAllreduce's own statistics.
+	// Sparse is the SparseAllreduce's own statistics (ScopeUnion).
 	Sparse SparseStats
+	// Global is the global top-k's own statistics (ScopeGlobal).
+	Global GlobalTopkStats
 }
 
 // Reduce replaces grad, this rank's gradient, by the average over every
@@ -235,6 +269,9 @@ func (z *Compressor[T]) start(ctx context.Context, grad []T, out *SparseVector[T
 	if dst == nil {
 		dst = &z.recv
 	}
+	if z.cfg.Scope == compress.ScopeGlobal {
+		return z.startGlobal(ctx, r, grad, dst, out == nil)
+	}
 	// The tensor is this step's density: a Compressor's steps send about
 	// density*n entries each, so they reuse the counts exchange's decision
 	// (WithTensor) until the warm-up moves the density. Compressors of
@@ -257,6 +294,44 @@ func (z *Compressor[T]) finish(r *CompressRequest, sr *Request, grad []T, avg *S
 	}
 	st := sr.SparseStats()
 	r.stats.Sparse, r.stats.Algo, r.stats.NNZOut = *st, st.Algo, st.NNZOut
+	if intoGrad {
+		avg.ToDense(grad)
+	}
+}
+
+// startGlobal starts the global top-k reduction of the selected entries
+// (ScopeGlobal): the average of the kept sums, every rank's sum divided by
+// Size(), the ranks that did not select an index counting as zeros.
+func (z *Compressor[T]) startGlobal(ctx context.Context, r *CompressRequest, grad []T, dst *SparseVector[T], intoGrad bool) *CompressRequest {
+	k := r.stats.K
+	gs := new(GlobalTopkStats)
+	fn := func(op *collectives.Op, _ callConfig) (Algo, error) {
+		var err error
+		*gs, err = collectives.GlobalTopk(op, &z.send, dst, &z.dropped, &z.global, collectives.GlobalTopkOptions{
+			K: k, Reduce: Avg, Quant: z.cfg.Quant, QuantSeed: quantSeed(op.Rank(), op.Seq), Model: z.c.model,
+		})
+		return AlgoSSARSplitAllgather, err
+	}
+	sr := z.c.start(ctx, "global-topk", fn, nil)
+	go z.finishGlobal(r, sr, grad, dst, intoGrad, gs)
+	return r
+}
+
+// finishGlobal waits for the global top-k, returns what it dropped to the
+// residual and puts the average in place.
+func (z *Compressor[T]) finishGlobal(r *CompressRequest, sr *Request, grad []T, avg *SparseVector[T], intoGrad bool, gs *GlobalTopkStats) {
+	defer close(r.done)
+	// Bounded by its own context, as in finish.
+	if err := sr.Wait(context.Background()); err != nil {
+		_ = z.sp.Restore(&z.send)
+		r.err = err
+		return
+	}
+	if err := z.sp.Restore(&z.dropped); err != nil {
+		r.err = fmt.Errorf("sparcml: rank %d: compressed reduction: %w", z.c.Rank(), err)
+		return
+	}
+	r.stats.Global, r.stats.Algo, r.stats.NNZOut = *gs, AlgoSSARSplitAllgather, gs.Kept
 	if intoGrad {
 		avg.ToDense(grad)
 	}
@@ -293,8 +368,12 @@ func (z *Compressor[T]) fail(r *CompressRequest, err error) *CompressRequest {
 // completing without this rank's contribution.
 func (z *Compressor[T]) invalid(ctx context.Context, r *CompressRequest, err error) *CompressRequest {
 	r.err = fmt.Errorf("sparcml: rank %d: compressed reduction: %w: %w", z.c.Rank(), ErrInvalid, err)
-	_ = z.c.run(ctx, "sparse-allreduce", func(op *collectives.Op, _ callConfig) (Algo, error) {
-		op.Desc.Kind = transport.OpSparseAllreduce
+	name, kind := "sparse-allreduce", transport.OpSparseAllreduce
+	if z.cfg.Scope == compress.ScopeGlobal {
+		name, kind = "global-topk", transport.OpGlobalTopk
+	}
+	_ = z.c.run(ctx, name, func(op *collectives.Op, _ callConfig) (Algo, error) {
+		op.Desc.Kind = kind
 		return AlgoAuto, op.Fail(r.err)
 	}, nil)
 	close(r.done)

@@ -55,6 +55,39 @@ func ExampleCompressor() {
 	// sent: 2 of 8
 }
 
+// The same two gradients with the global scope: the ranks' selections sum
+// to -8 at index 1, 6 at 3 and -1 at 7 (4 - 5), and only the k = 2 largest
+// of those sums are kept. Index 7 is dropped, so each rank's entry there
+// goes back into its residual (TestCompressorGlobalExampleResidual checks
+// it).
+func ExampleCompressor_globalScope() {
+	onRanks(2, func(c *sparcml.Comm) {
+		ctx := context.Background()
+		z, err := sparcml.NewCompressor[float32](c, 8, sparcml.CompressorConfig{
+			Sparsify: compress.Config{Density: 0.25},
+			Scope:    compress.ScopeGlobal,
+		})
+		if err != nil {
+			panic(err)
+		}
+		grad := []float32{1, -8, 2, 0, 3, 0, 0, 4}
+		if c.Rank() == 1 {
+			grad = []float32{0, 2, 0, 6, 1, 0, 0, -5}
+		}
+		stats, err := z.Reduce(ctx, grad)
+		if err != nil {
+			panic(err)
+		}
+		if c.Rank() == 0 {
+			fmt.Println("average:", grad)
+			fmt.Println("kept:", stats.NNZOut, "exact:", stats.Global.Exact)
+		}
+	})
+	// Output:
+	// average: [0 -4 0 3 0 0 0 0]
+	// kept: 2 exact: true
+}
+
 // The optimizer's contract under momentum correction: the Compressor
 // applies the momentum (DGC's u = m*u + g; v += u) before selecting, so the
 // training loop applies the result with plain SGD. Here four ranks fit w to

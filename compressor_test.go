@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -443,10 +444,16 @@ func TestCompressorMisuse(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	_, err = NewCompressor[float32](comms[0], 10, CompressorConfig{ClipNorm: math.NaN()})
 	require.ErrorIs(t, err, ErrInvalid)
+	_, err = NewCompressor[float32](comms[0], 10, CompressorConfig{Scope: compress.Scope(7)})
+	require.ErrorIs(t, err, ErrInvalid)
 	for _, clip := range []float64{0, 1} {
-		for _, misuse := range []string{"99 entries", "nil output"} {
+		for _, misuse := range []string{"99 entries", "nil output", "99 entries global"} {
+			scope := compress.ScopeUnion
+			if strings.HasSuffix(misuse, "global") {
+				scope, misuse = compress.ScopeGlobal, strings.TrimSuffix(misuse, " global")
+			}
 			errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
-				z, err := NewCompressor[float32](c, 100, CompressorConfig{ClipNorm: clip})
+				z, err := NewCompressor[float32](c, 100, CompressorConfig{ClipNorm: clip, Scope: scope})
 				if err != nil {
 					return err
 				}
@@ -461,7 +468,7 @@ func TestCompressorMisuse(t *testing.T) {
 				return err
 			})
 			require.ErrorIs(t, errs[1], ErrInvalid)
-			t.Logf("clip %v: rank 1: %v; rank 0: %v", clip, errs[1], errs[0])
+			t.Logf("clip %v %v: rank 1: %v; rank 0: %v", clip, scope, errs[1], errs[0])
 			for r := range p {
 				require.ErrorContains(t, errs[r], misuse, "rank %d", r)
 			}
@@ -563,6 +570,33 @@ func TestCompressorExampleResidual(t *testing.T) {
 			return err
 		}
 		if want := []float32{1, 0, 2, 0, 3, 0, 0, 0}; c.Rank() == 0 && !slices.Equal(z.sp.Residual(), want) {
+			return fmt.Errorf("residual %v, want %v", z.sp.Residual(), want)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+// ExampleCompressor_globalScope's residual: rank 0 sent -8 at index 1 and
+// 4 at index 7, and the global selection dropped index 7's sum, so the 4
+// goes back into the residual beside the entries it did not send.
+func TestCompressorGlobalExampleResidual(t *testing.T) {
+	comms := localJob(t, 2)
+	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+		z, err := NewCompressor[float32](c, 8, CompressorConfig{Sparsify: compress.Config{Density: 0.25}, Scope: compress.ScopeGlobal})
+		if err != nil {
+			return err
+		}
+		grad := []float32{1, -8, 2, 0, 3, 0, 0, 4}
+		if c.Rank() == 1 {
+			grad = []float32{0, 2, 0, 6, 1, 0, 0, -5}
+		}
+		if _, err := z.Reduce(ctx, grad); err != nil {
+			return err
+		}
+		if want := []float32{1, 0, 2, 0, 3, 0, 0, 4}; c.Rank() == 0 && !slices.Equal(z.sp.Residual(), want) {
 			return fmt.Errorf("residual %v, want %v", z.sp.Residual(), want)
 		}
 		return nil

@@ -21,6 +21,7 @@ import (
 const (
 	opCompressorCreate = "compressor-create"
 	opCompressorReduce = "sparse-allreduce"
+	opCompressorGlobal = "global-topk" // a reduction of SPARCML_SCOPE_GLOBAL
 )
 
 // compressor is the Go side of a sparcml_compressor: a Compressor of one
@@ -34,7 +35,7 @@ type compressor struct {
 
 // compressorConfig is the library's configuration of the C arguments, or
 // the reason they are invalid.
-func compressorConfig(density C.double, q, errorFeedback, method C.int) (sparcml.CompressorConfig, error) {
+func compressorConfig(density C.double, q, errorFeedback, method, scope C.int) (sparcml.CompressorConfig, error) {
 	d := float64(density)
 	if !(d > 0 && d <= 1) {
 		return sparcml.CompressorConfig{}, invalidf("density %v is outside (0, 1]", d)
@@ -47,14 +48,24 @@ func compressorConfig(density C.double, q, errorFeedback, method C.int) (sparcml
 	if method < 0 || method > C.SPARCML_SELECT_RANDOM {
 		return sparcml.CompressorConfig{}, invalidf("unknown method %d (want SPARCML_SELECT_EXACT, _SAMPLED, _REUSE or _RANDOM)", int(method))
 	}
+	if scope != C.SPARCML_SCOPE_UNION && scope != C.SPARCML_SCOPE_GLOBAL {
+		return sparcml.CompressorConfig{}, invalidf("unknown scope %d (want SPARCML_SCOPE_UNION or _GLOBAL)", int(scope))
+	}
 	return sparcml.CompressorConfig{
 		Sparsify: compress.Config{Density: d, Method: m, NoErrorFeedback: errorFeedback == 0},
 		Quant:    kind,
+		Scope:    compress.Scope(scope),
 	}, nil
 }
 
 //export sparcmlGoCompressorCreate
 func sparcmlGoCompressorCreate(p *C.sparcml_comm, count C.size_t, dtype C.int, density C.double, q, errorFeedback, method C.int,
+	out **C.sparcml_compressor) (status C.int) {
+	return sparcmlGoCompressorCreateScoped(p, count, dtype, density, q, errorFeedback, method, C.SPARCML_SCOPE_UNION, out)
+}
+
+//export sparcmlGoCompressorCreateScoped
+func sparcmlGoCompressorCreateScoped(p *C.sparcml_comm, count C.size_t, dtype C.int, density C.double, q, errorFeedback, method, scope C.int,
 	out **C.sparcml_compressor) (status C.int) {
 	defer guard(&status, opCompressorCreate)
 	c, err := commOf(p)
@@ -65,7 +76,7 @@ func sparcmlGoCompressorCreate(p *C.sparcml_comm, count C.size_t, dtype C.int, d
 		return failNext(p, opCompressorCreate, invalidf("comp (the output pointer) is NULL"))
 	}
 	*out = nil
-	z, err := newCompressor(c, count, dtype, density, q, errorFeedback, method)
+	z, err := newCompressor(c, count, dtype, density, q, errorFeedback, method, scope)
 	if err != nil {
 		return failNext(p, opCompressorCreate, err)
 	}
@@ -83,8 +94,8 @@ func sparcmlGoCompressorCreate(p *C.sparcml_comm, count C.size_t, dtype C.int, d
 
 // newCompressor checks the arguments of a create and makes the Go
 // Compressor, with its residual at zero.
-func newCompressor(c *sparcml.Comm, count C.size_t, dtype C.int, density C.double, q, errorFeedback, method C.int) (*compressor, error) {
-	cfg, err := compressorConfig(density, q, errorFeedback, method)
+func newCompressor(c *sparcml.Comm, count C.size_t, dtype C.int, density C.double, q, errorFeedback, method, scope C.int) (*compressor, error) {
+	cfg, err := compressorConfig(density, q, errorFeedback, method, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -118,11 +129,11 @@ func (z *compressor) config() sparcml.CompressorConfig {
 // rank's arguments, so all fail alike.
 func agree(c *sparcml.Comm, count C.size_t, dtype C.int, cfg sparcml.CompressorConfig) error {
 	mine := []float64{float64(count), float64(dtype), cfg.Sparsify.Density, float64(cfg.Quant),
-		float64(cfg.Sparsify.Method), 0}
+		float64(cfg.Sparsify.Method), 0, float64(cfg.Scope)}
 	if cfg.Sparsify.NoErrorFeedback {
 		mine[5] = 1
 	}
-	names := []string{"count", "dtype", "density", "quant", "method", "error feedback off"}
+	names := []string{"count", "dtype", "density", "quant", "method", "error feedback off", "scope"}
 	all := make([]float64, len(mine)*c.Size())
 	if err := sparcml.Allgather(context.Background(), c, mine, all); err != nil {
 		var te *sparcml.Error
@@ -180,7 +191,7 @@ func sparcmlGoCompressorReduce(h *C.sparcml_compressor, buf unsafe.Pointer, coun
 		_, err = z.f64.Reduce(ctx, unsafe.Slice((*float64)(buf), int(count)))
 	}
 	if err != nil {
-		return record(err, z.comm.Rank(), opCompressorReduce)
+		return record(err, z.comm.Rank(), opCompressorReduce) // the error names its collective
 	}
 	return statusOK
 }
@@ -188,7 +199,11 @@ func sparcmlGoCompressorReduce(h *C.sparcml_compressor, buf unsafe.Pointer, coun
 // invalid fails the reduction on every rank, in the place of the
 // collective it would have started.
 func (z *compressor) invalid(format string, args ...any) C.int {
-	return record(failNextOn(z.comm, opCompressorReduce, invalidf(format, args...)), z.comm.Rank(), opCompressorReduce)
+	op := opCompressorReduce
+	if z.config().Scope == compress.ScopeGlobal {
+		op = opCompressorGlobal
+	}
+	return record(failNextOn(z.comm, op, invalidf(format, args...)), z.comm.Rank(), op)
 }
 
 //export sparcmlGoCompressorResidual

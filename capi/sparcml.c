@@ -405,6 +405,17 @@ int sparcml_compressor_create(sparcml_comm *comm, size_t count,
 					 (int)method, comp);
 }
 
+int sparcml_compressor_create_scoped(sparcml_comm *comm, size_t count,
+				     sparcml_dtype dtype, double density,
+				     sparcml_quant quant, int error_feedback,
+				     sparcml_select method, sparcml_scope scope,
+				     sparcml_compressor **comp)
+{
+	return sparcmlGoCompressorCreateScoped(comm, count, (int)dtype, density,
+					       (int)quant, error_feedback,
+					       (int)method, (int)scope, comp);
+}
+
 int sparcml_compressor_reduce(sparcml_compressor *comp, void *buf,
 			      size_t count)
 {

@@ -75,6 +75,7 @@ var descFields = map[transport.OpKind]string{
 	transport.OpP2P:             "dtype count",
 	transport.OpSparseAllreduce: "dtype reduce algo dim codec",
 	transport.OpSparseAllgather: "dtype algo dim codec",
+	transport.OpGlobalTopk:      "dtype reduce dim codec",
 }
 
 // DescString prints a descriptor with this package's names for its
@@ -97,7 +98,11 @@ func DescString(d transport.Desc) string {
 	add("dtype", d.DType != 0, DType(d.DType))
 	add("reduce", d.Reduce != 0, ReduceOp(d.Reduce))
 	add("algo", d.Algo != 0, Algo(d.Algo))
-	add("root", d.Root != 0, d.Root)
+	if d.Kind == transport.OpGlobalTopk { // Root carries K (GlobalTopk)
+		add("k", true, uint32(d.Root))
+	} else {
+		add("root", d.Root != 0, d.Root)
+	}
 	if strings.Contains(want, "dim") {
 		add("dim", true, d.Count)
 	} else {

@@ -79,7 +79,7 @@ extern "C" {
 /* The version of the ABI this header describes. A library whose major
  * version differs is incompatible; a newer minor version only adds. */
 #define SPARCML_VERSION_MAJOR 0
-#define SPARCML_VERSION_MINOR 3
+#define SPARCML_VERSION_MINOR 4
 
 /* An opaque communicator: one rank's handle on the job. */
 typedef struct sparcml_comm sparcml_comm;
@@ -406,6 +406,19 @@ typedef enum {
 	SPARCML_SELECT_RANDOM = 3
 } sparcml_select;
 
+/* What a reduction keeps of the ranks' selections (docs/COMPRESSION.md).
+ * Since ABI 0.4. */
+typedef enum {
+	/* The exact sum of every rank's selection: up to size * k entries. */
+	SPARCML_SCOPE_UNION = 0,
+	/* About k of those sums, the largest in magnitude over every rank
+	 * (Ok-Topk's global top-k): about 2k entries sent per rank whatever
+	 * the number of ranks; what a rank selected and the global selection
+	 * dropped goes back into its residual. Lossy on top of the local
+	 * selection: never chosen automatically. */
+	SPARCML_SCOPE_GLOBAL = 1
+} sparcml_scope;
+
 /* Creates in *comp a compressor for gradients of count elements of dtype
  * on comm, sending ceil(density * count) entries per step (density in
  * (0, 1]), their values encoded by quant, with error feedback unless
@@ -419,6 +432,18 @@ int sparcml_compressor_create(sparcml_comm *comm, size_t count,
 			      sparcml_dtype dtype, double density,
 			      sparcml_quant quant, int error_feedback,
 			      sparcml_select method, sparcml_compressor **comp);
+
+/* sparcml_compressor_create with the scope of its reductions: with
+ * SPARCML_SCOPE_UNION it is sparcml_compressor_create; with
+ * SPARCML_SCOPE_GLOBAL each sparcml_compressor_reduce keeps about
+ * ceil(density * count) entries in all (their operation is named
+ * "global-topk" in errors). Every rank must pass the same scope (checked
+ * like the other arguments). Since ABI 0.4. */
+int sparcml_compressor_create_scoped(sparcml_comm *comm, size_t count,
+				     sparcml_dtype dtype, double density,
+				     sparcml_quant quant, int error_feedback,
+				     sparcml_select method, sparcml_scope scope,
+				     sparcml_compressor **comp);
 
 /* Reduces this rank's gradient buf (count elements, the compressor's
  * count and dtype) in place: on return buf holds the average over every

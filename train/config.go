@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/compress"
 )
 
 // Config is one training job. Zero fields take the model's defaults
@@ -167,6 +168,11 @@ type Variant struct {
 	// separately, as Deep Gradient Compression does, instead of over the
 	// whole parameter vector: every tensor sends ceil(Density*size).
 	PerLayer bool
+	// Scope is what the ranks' selections reduce to: their exact sum
+	// (compress.ScopeUnion) or about Density·n of those sums, the
+	// largest over every rank (compress.ScopeGlobal, Ok-Topk's global
+	// top-k).
+	Scope compress.Scope
 }
 
 // Name is the variant as ParseVariant reads it.
@@ -187,12 +193,15 @@ func (v Variant) Name() string {
 	if v.PerLayer {
 		s += "+layers"
 	}
+	if v.Scope == compress.ScopeGlobal {
+		s += "+global"
+	}
 	return s
 }
 
 // ParseVariant reads "dense", "sparse", "topk:0.01", "topk:0.01+q4",
-// "topk:1%+fp16+noef", "topk:0.01+nomask", "topk:0.01+layers": the
-// reduction, its density and options.
+// "topk:1%+fp16+noef", "topk:0.01+nomask", "topk:0.01+layers",
+// "topk:0.01+global": the reduction, its density and options.
 func ParseVariant(s string) (Variant, error) {
 	parts := strings.Split(strings.TrimSpace(s), "+")
 	head, density, hasDensity := strings.Cut(parts[0], ":")
@@ -227,6 +236,13 @@ func ParseVariant(s string) (Variant, error) {
 				return v, fmt.Errorf("variant %q: nomask is an option of topk", s)
 			}
 			v.NoMask = true
+			continue
+		}
+		if opt == "global" {
+			if head != "topk" {
+				return v, fmt.Errorf("variant %q: global is an option of topk", s)
+			}
+			v.Scope = compress.ScopeGlobal
 			continue
 		}
 		if opt == "layers" {

@@ -12,7 +12,8 @@ import (
 // topkReducer is top-k sparsification with error feedback through the
 // library's Compressor: each rank adds its gradient to its residual,
 // sends the largest entries, and the ranks average what they sent with
-// SparseAllreduce. With momentum SGD and error feedback it applies Deep
+// SparseAllreduce (or, with the global scope, keep about k of those sums,
+// the largest over every rank, the rest going back to the residuals). With momentum SGD and error feedback it applies Deep
 // Gradient Compression's momentum correction (the residual accumulates
 // the velocity), so the optimizer applies the result without momentum.
 type topkReducer struct {
@@ -38,7 +39,7 @@ func newTopK(comm *sparcml.Comm, v Variant, m model.Model, cfg *Config) (Reducer
 			sp.LayerSizes = append(sp.LayerSizes, t.Size())
 		}
 	}
-	z, err := sparcml.NewCompressor[float32](comm, len(m.Params()), sparcml.CompressorConfig{Sparsify: sp, Quant: v.Quant})
+	z, err := sparcml.NewCompressor[float32](comm, len(m.Params()), sparcml.CompressorConfig{Sparsify: sp, Quant: v.Quant, Scope: v.Scope})
 	if err != nil {
 		return nil, fmt.Errorf("topk: %w", err)
 	}

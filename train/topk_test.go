@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/train/data"
 )
 
@@ -60,7 +61,7 @@ func TestTopKNoMaskFullDensityIsMomentumSGD(t *testing.T) {
 // Every variant's name parses back to the same variant; options of topk
 // are refused on the others.
 func TestParseVariant(t *testing.T) {
-	for _, s := range []string{"dense", "sparse", "topk:0.01", "topk:0.001+q4", "topk:0.05+fp16+noef", "topk:0.01+nomask", "topk:0.01+q4+nomask", "topk:0.01+layers", "topk:0.01+q4+nomask+layers"} {
+	for _, s := range []string{"dense", "sparse", "topk:0.01", "topk:0.001+q4", "topk:0.05+fp16+noef", "topk:0.01+nomask", "topk:0.01+q4+nomask", "topk:0.01+layers", "topk:0.01+q4+nomask+layers", "topk:0.01+global", "topk:0.01+q8+layers+global"} {
 		v, err := ParseVariant(s)
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -72,7 +73,7 @@ func TestParseVariant(t *testing.T) {
 	if v, _ := ParseVariant("topk:1%+nomask"); !v.NoMask || v.Density != 0.01 {
 		t.Errorf("topk:1%%+nomask: %+v", v)
 	}
-	for _, s := range []string{"dense+nomask", "sparse+noef", "dense+layers", "topk:2", "topk+q5", "ring"} {
+	for _, s := range []string{"dense+nomask", "sparse+noef", "dense+layers", "sparse+global", "topk:2", "topk+q5", "ring"} {
 		if _, err := ParseVariant(s); err == nil {
 			t.Errorf("ParseVariant(%q) accepted", s)
 		}
@@ -115,5 +116,46 @@ func TestTopKPerLayerSelectsInEveryTensor(t *testing.T) {
 	}
 	if _, total := moved(Variant{Reduce: "topk", Density: 0.01}); total != 4 {
 		t.Errorf("whole-model selection moved %d entries, want 4", total)
+	}
+}
+
+// With the global scope one step of 4 ranks at 1% moves K = ceil(1% of
+// 371) = 4 entries of the model, the exact top 4 of the ranks' summed
+// selections, where the union moves every rank's 4.
+func TestTopKGlobalScopeMovesK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var trains, tests []*data.Set
+	for range 4 {
+		trains = append(trains, denseShard(rng, 8, 12, 3))
+		tests = append(tests, denseShard(rng, 8, 12, 3))
+	}
+	cfg := Config{Model: "mlp", Hidden: []int{16, 8}, Epochs: 1, Batch: 8, LR: 0.05, Momentum: 0.9}
+	cfg.Defaults()
+	c := cfg
+	init, err := (&Job{Cfg: &c, Train: trains[0], Test: tests[0]}).NewModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := func(v Variant) int {
+		n := 0
+		for _, res := range runLocal(t, cfg, v, trains, tests) {
+			m := 0
+			for i, x := range res.Model.Params() {
+				if x != init.Params()[i] {
+					m++
+				}
+			}
+			if n != 0 && m != n {
+				t.Fatalf("%s: ranks moved %d and %d entries", v.Name(), n, m)
+			}
+			n = m
+		}
+		return n
+	}
+	if n := moved(Variant{Reduce: "topk", Density: 0.01, Scope: compress.ScopeGlobal}); n != 4 {
+		t.Errorf("global scope moved %d entries, want 4", n)
+	}
+	if n := moved(Variant{Reduce: "topk", Density: 0.01}); n <= 4 {
+		t.Errorf("union moved %d entries, want more than the global scope's 4", n)
 	}
 }

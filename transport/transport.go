@@ -45,6 +45,7 @@ const (
 	OpSparseAllreduce
 	OpSparseAllgather
 	OpInternal // bootstrap-time probes and agreement rounds
+	OpGlobalTopk
 	opKindCount
 )
 
@@ -60,6 +61,7 @@ var opNames = [...]string{
 	OpSparseAllreduce: "sparse-allreduce",
 	OpSparseAllgather: "sparse-allgather",
 	OpInternal:        "internal",
+	OpGlobalTopk:      "global-topk",
 }
 
 func (k OpKind) String() string {

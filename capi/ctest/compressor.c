@@ -254,6 +254,73 @@ static void methods_conserve(void)
 	free(g), free(res), free(given), free(sent);
 }
 
+/* SPARCML_SCOPE_GLOBAL: the first step (an exact global selection) keeps
+ * exactly ceil(density * n) entries, the later ones about as many, and
+ * error feedback conserves the gradient: over the ranks, what was kept
+ * (size times the averages, to the rounding of the division) plus the
+ * residuals is the sum of every gradient given, each rank's dropped selection back in its residual. A
+ * scope that differs between ranks, or is unknown, fails the create. */
+static void global_scope(void)
+{
+	const size_t n = 20000, k = select_count(n, 0.05);
+	const int steps = 3;
+	float *g = malloc(n * sizeof *g), *res = malloc(n * sizeof *res);
+	double *given = calloc(n, sizeof *given), *sent = calloc(n, sizeof *sent), *kept = malloc(n * sizeof *kept);
+	sparcml_compressor *comp = NULL;
+	CHECK_OK(sparcml_compressor_create_scoped(g_comm, n, SPARCML_FLOAT32, 0.05, SPARCML_QUANT_NONE, 1,
+						  SPARCML_SELECT_EXACT, SPARCML_SCOPE_GLOBAL, &comp));
+	for (int t = 0; t < steps && comp; t++) {
+		for (int q = 0; q < g_size; q++)
+			for (size_t i = 0; i < n; i++)
+				given[i] += grad_value(960, q, t, i, n);
+		grad_of(g, SPARCML_FLOAT32, 960, g_rank, t, n);
+		CHECK_OK(sparcml_compressor_reduce(comp, g, n));
+		size_t nonzero = 0;
+		for (size_t i = 0; i < n; i++) {
+			sent[i] += (double)g[i] * g_size;
+			nonzero += g[i] != 0;
+		}
+		if (t == 0)
+			CHECK(nonzero == k, "global step 0: %zu entries kept, want k = %zu", nonzero, k);
+		else
+			CHECK(nonzero > k / 2 && nonzero < 2 * k, "global step %d: %zu entries kept, want about %zu", t,
+			      nonzero, k);
+	}
+	if (comp) {
+		CHECK_OK(sparcml_compressor_residual(comp, res, n));
+		for (size_t i = 0; i < n; i++)
+			kept[i] = res[i];
+		CHECK_OK(sparcml_allreduce(g_comm, kept, n, SPARCML_FLOAT64, SPARCML_SUM));
+		for (size_t i = 0; i < n; i++)
+			if (!close_to(sent[i] + kept[i], given[i], 1e-5) && fabs(sent[i] + kept[i] - given[i]) > 1e-4) {
+				CHECK(0, "global: [%zu] sent %g + kept %g != given %g", i, sent[i], kept[i], given[i]);
+				break;
+			}
+		/* A bad gradient on one rank fails the reduction on every rank,
+		 * named as the global reduction. */
+		int bg = bad_rank(529);
+		int rc = sparcml_compressor_reduce(comp, g_rank == bg ? NULL : g, n);
+		check_failed("NULL gradient, global scope", rc, bg, SPARCML_ERR_INVALID, "global-topk");
+	}
+	CHECK_OK(sparcml_compressor_destroy(comp));
+
+	int b = bad_rank(530);
+	comp = (sparcml_compressor *)0x1;
+	int rc = sparcml_compressor_create_scoped(g_comm, 100, SPARCML_FLOAT32, 0.1, SPARCML_QUANT_NONE, 1,
+						  SPARCML_SELECT_EXACT, g_rank == b ? (sparcml_scope)4 : SPARCML_SCOPE_GLOBAL,
+						  &comp);
+	CHECK(comp == NULL, "a failed create leaves a compressor");
+	check_failed("unknown scope", rc, b, SPARCML_ERR_INVALID, "compressor-create");
+	b = bad_rank(531);
+	rc = sparcml_compressor_create_scoped(g_comm, 100, SPARCML_FLOAT32, 0.1, SPARCML_QUANT_NONE, 1,
+					      SPARCML_SELECT_EXACT, g_rank == b ? SPARCML_SCOPE_UNION : SPARCML_SCOPE_GLOBAL,
+					      &comp);
+	CHECK(rc == SPARCML_ERR_MISMATCH && comp == NULL && strstr(sparcml_last_error(), "scope"),
+	      "different scopes: %s: %s", sparcml_status_name(rc), sparcml_last_error());
+	check_still_usable("different scopes");
+	free(g), free(res), free(given), free(sent), free(kept);
+}
+
 /* One rank's bad create or reduce fails on every rank; ranks that create
  * differently all fail; the communicator stays usable. */
 static void compressor_errors(void)
@@ -357,5 +424,6 @@ void test_compressor(void)
 		run_against_reference(name, 920 + (int)q, 2000, SPARCML_FLOAT32, 0.2, 1, quants[q], 2);
 	}
 	methods_conserve();
+	global_scope();
 	compressor_errors();
 }

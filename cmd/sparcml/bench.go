@@ -61,7 +61,7 @@ func runBench(cfg *benchConfig) error {
 	if cfg.progress.show() && comm.Rank() == 0 {
 		p = progress{w: os.Stderr, total: len(cfg.sizes)}
 	}
-	if strings.HasPrefix(cfg.op, "sparse-") {
+	if strings.HasPrefix(cfg.op, "sparse-") || cfg.op == "compress" {
 		p.total *= len(cfg.densities)
 		return runSparseBench(ctx, comm, cfg, out, p)
 	}
@@ -102,9 +102,14 @@ func runSparseBench(ctx context.Context, comm *sparcml.Comm, cfg *benchConfig, o
 			i++
 			var res []result
 			var err error
-			if cfg.dtype == "float32" {
+			switch {
+			case cfg.op == "compress" && cfg.dtype == "float32":
+				res, err = benchCompress[float32](ctx, comm, cfg, n, d)
+			case cfg.op == "compress":
+				res, err = benchCompress[float64](ctx, comm, cfg, n, d)
+			case cfg.dtype == "float32":
 				res, err = benchSparse[float32](ctx, comm, cfg, n, d)
-			} else {
+			default:
 				res, err = benchSparse[float64](ctx, comm, cfg, n, d)
 			}
 			p.clear()

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/internal/startup"
 )
 
@@ -55,13 +56,18 @@ type benchConfig struct {
 	// sparse-allreduce; algo and algoName are its first.
 	algos     []sparcml.Algo
 	algoNames []string
+	// --op compress: the scopes (taking turns like --algo's list), the
+	// selection method and the global scope's exact period.
+	scopes       []compress.Scope
+	selectMethod compress.Method
+	globalPeriod int
 }
 
 // autoTensor is the --algo name of AlgoAuto on a named tensor
 // (sparcml.WithTensor): calls reuse the decision of a counts exchange.
 const autoTensor = "auto-tensor"
 
-var benchOps = []string{"allreduce", "reduce-scatter", "allgather", "broadcast", "barrier", "p2p", "sparse-allreduce", "sparse-allgather"}
+var benchOps = []string{"allreduce", "reduce-scatter", "allgather", "broadcast", "barrier", "p2p", "sparse-allreduce", "sparse-allgather", "compress"}
 
 // reducingOps take --redop; rootedOps take --root.
 var (
@@ -75,7 +81,7 @@ var hiddenBenchFlags = []string{"reduce", "inject-wrong"}
 
 // benchFlagValues holds the flags that need parsing after flag.Parse.
 type benchFlagValues struct {
-	sizes, bytes, redop, density, quant, computeMode, indices string
+	sizes, bytes, redop, density, quant, computeMode, indices, scope, selectMethod string
 }
 
 // newBenchFlags declares every flag of `sparcml bench` with its default.
@@ -105,6 +111,9 @@ func newBenchFlags(cfg *benchConfig, v *benchFlagValues) *flag.FlagSet {
 	fs.BoolVar(&cfg.balanced, "balanced", false, "sparse-allreduce: index ranges balanced by where the nonzeros are")
 	fs.StringVar(&v.quant, "quant", "none", "value encoding of allreduce and sparse-allreduce (with --redop sum or avg): none|fp16|bf16|q8|q4|q2")
 	fs.StringVar(&v.indices, "indices", "auto", "sparse-allreduce with exact values: indices on the wire auto (the cost model's choice)|raw|packed (lossless delta and bit-packing)")
+	fs.StringVar(&v.scope, "scope", "union,global", "with --op compress: union (the exact sum of every rank's top-k) and/or global (Ok-Topk's global top-k), a comma list taking turns iteration by iteration")
+	fs.StringVar(&v.selectMethod, "select", "exact", "with --op compress: local selection exact|sampled|reuse|random")
+	fs.IntVar(&cfg.globalPeriod, "global-period", 0, "with --op compress --scope global: steps an exact global threshold serves (0: the library's default)")
 	fs.IntVar(&cfg.inflight, "inflight", 0, "overlap mode: keep K operations in flight while each rank computes, and report compute alone, communication alone and both")
 	fs.StringVar(&cfg.compute, "compute", "auto", "with --inflight: compute time per iteration in microseconds, or auto (= the communication time)")
 	fs.StringVar(&v.computeMode, "compute-mode", "spin", "with --inflight: spin (a CPU busy loop) or sleep (compute on an accelerator, CPU idle)")
@@ -223,8 +232,11 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	if cfg.quant, err = sparcml.ParseQuant(v.quant); err != nil {
 		return nil, usagef("--quant: %v", err)
 	}
-	if cfg.quant != sparcml.QuantNone && cfg.op != "allreduce" && cfg.op != "sparse-allreduce" {
-		return nil, usagef("--quant works with --op allreduce or sparse-allreduce")
+	if cfg.quant != sparcml.QuantNone && cfg.op != "allreduce" && cfg.op != "sparse-allreduce" && cfg.op != "compress" {
+		return nil, usagef("--quant works with --op allreduce, sparse-allreduce or compress")
+	}
+	if err := parseCompressFlags(cfg, v, set); err != nil {
+		return nil, err
 	}
 	if cfg.quant != sparcml.QuantNone && cfg.redop != sparcml.Sum && cfg.redop != sparcml.Avg {
 		return nil, usagef("--quant works with --redop sum or avg, not %v", cfg.redop)
@@ -393,5 +405,46 @@ func checkPrefix(prefix string) error {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("directory %s does not exist", strconv.Quote(dir))
 	}
+	return nil
+}
+
+// parseCompressFlags reads --scope, --select and --global-period, which
+// only --op compress takes. Its --check compares exactly, so it needs
+// exact values: with a lossy --quant the global selection is made on the
+// decoded sums, which the reference cannot reproduce bit for bit.
+func parseCompressFlags(cfg *benchConfig, v benchFlagValues, set map[string]bool) error {
+	if cfg.op != "compress" {
+		for _, f := range []string{"scope", "select", "global-period"} {
+			if set[f] {
+				return usagef("--%s works with --op compress", f)
+			}
+		}
+		return nil
+	}
+	if set["redop"] || set["reduce"] {
+		return usagef("--op compress averages; it takes no --redop")
+	}
+	if cfg.check && cfg.quant != sparcml.QuantNone {
+		return usagef("--op compress --check compares exactly: it needs --quant none")
+	}
+	if cfg.globalPeriod < 0 {
+		return usagef("--global-period must be >= 0")
+	}
+	var err error
+	if cfg.selectMethod, err = compress.ParseMethod(v.selectMethod); err != nil {
+		return usagef("--select: %v", err)
+	}
+	cfg.scopes = nil
+	for _, name := range strings.Split(v.scope, ",") {
+		s, err := compress.ParseScope(strings.TrimSpace(name))
+		if err != nil {
+			return usagef("--scope: %v", err)
+		}
+		if slices.Contains(cfg.scopes, s) {
+			return usagef("--scope names %v twice", s)
+		}
+		cfg.scopes = append(cfg.scopes, s)
+	}
+	cfg.redop = sparcml.Avg
 	return nil
 }

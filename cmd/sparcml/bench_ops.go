@@ -50,6 +50,16 @@ type result struct {
 	Indices        string  `json:"indices,omitempty"`      // exact sparse allreduce: raw or packed, as rank 0 sent them
 	SpeedupVsDense float64 `json:"speedup_vs_dense,omitempty"`
 
+	// Compressor (--op compress): the scope and selection method, the
+	// count asked for (K), the entries of the result (mean over the timed
+	// iterations; nnz_out is the last one's) and Ok-Topk's bound on the
+	// bytes a rank sends, 6K(P-1)/P entries of a 4-byte index and a value.
+	Scope      string  `json:"scope,omitempty"`
+	Select     string  `json:"select,omitempty"`
+	K          int     `json:"k,omitempty"`
+	Kept       float64 `json:"kept,omitempty"`
+	BoundBytes int64   `json:"bound_bytes_per_rank,omitempty"`
+
 	// Model is the cost model the job calibrated at start-up.
 	Model *modelFigures `json:"cost_model,omitempty"`
 

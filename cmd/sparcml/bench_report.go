@@ -52,6 +52,8 @@ func (r *reporter) row(res result) error {
 		switch {
 		case res.Inflight > 0:
 			r.overlapRow(res)
+		case res.Op == "compress":
+			r.compressRow(res)
 		case res.Op == "sparse-allreduce" || res.Op == "sparse-allgather" || r.sparse:
 			r.sparseRow(res)
 		default:
@@ -119,6 +121,21 @@ func (r *reporter) sparseRow(res result) {
 	fmt.Fprintf(r.w, "%10d %8.4f %11d %5s %18s %10.1f %10.1f %10.1f %10.1f %12d %12d %9s %7s %7s\n", res.N, res.Density, res.NNZIn,
 		res.Redop, name, res.TimeMin, res.TimeAvg, res.TimeMedian, res.TimeMax, res.BytesSent, res.PredictedBytes, speed,
 		res.Check, wrongText(res.Wrong, "N/A"))
+}
+
+// compressRow prints --op compress rows: per scope the median time, the
+// entries kept against K, and the bytes a rank sent against Ok-Topk's
+// bound.
+func (r *reporter) compressRow(res result) {
+	if !r.header {
+		r.header = true
+		fmt.Fprintf(r.w, "# sparcml bench: op=compress np=%d dtype=%s transport=%s select=%s; times in us per iteration (the slowest rank's)\n",
+			res.NP, res.DType, res.Transport, res.Select)
+		fmt.Fprintf(r.w, "%10s %8s %7s %18s %8s %10s %10s %10s %12s %12s %7s %7s\n", "n", "density", "scope", "algo", "K",
+			"kept", "median_us", "max_us", "sent/rank", "6k(P-1)/P", "check", "#wrong")
+	}
+	fmt.Fprintf(r.w, "%10d %8.4f %7s %18s %8d %10.1f %10.1f %10.1f %12d %12d %7s %7s\n", res.N, res.Density, res.Scope, res.AlgoChosen,
+		res.K, res.Kept, res.TimeMedian, res.TimeMax, res.BytesSent, res.BoundBytes, res.Check, wrongText(res.Wrong, "N/A"))
 }
 
 func (r *reporter) overlapRow(res result) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/internal/version"
 )
 
@@ -54,6 +55,10 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--algo", "auto-tensor"}, {"--op", "sparse-allgather", "--algo", "auto-tensor"},
 		{"--cpuprofile", "/nonexistent-dir/cpu"}, {"--memprofile", "/nonexistent-dir/mem"}, {"--trace", "/nonexistent-dir/t"},
 		{"--progress=maybe"},
+		{"--scope", "global"}, {"--select", "sampled", "--op", "sparse-allreduce"}, {"--op", "compress", "--scope", "local"},
+		{"--op", "compress", "--scope", "global,global"}, {"--op", "compress", "--select", "best"},
+		{"--op", "compress", "--check", "--quant", "q4"}, {"--op", "compress", "--redop", "sum"},
+		{"--op", "compress", "--global-period", "-1"},
 	} {
 		if _, err := parseBenchFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
@@ -93,6 +98,17 @@ func TestBenchProgressAndProfileFlags(t *testing.T) {
 		if cfg.progress.set != tc.set || cfg.progress.on != tc.on || cfg.cpuProfile != tc.cpu || cfg.execTrace != tc.tra {
 			t.Errorf("%v: progress %+v, cpuprofile %q, trace %q", tc.args, cfg.progress, cfg.cpuProfile, cfg.execTrace)
 		}
+	}
+}
+
+func TestParseCompressFlags(t *testing.T) {
+	cfg, err := parseBenchFlags([]string{"--op", "compress", "--scope", "global, union", "--select", "reuse", "--global-period", "4"})
+	if err != nil || !slices.Equal(cfg.scopes, []compress.Scope{compress.ScopeGlobal, compress.ScopeUnion}) ||
+		cfg.selectMethod != compress.Reuse || cfg.globalPeriod != 4 || cfg.redop != sparcml.Avg {
+		t.Fatalf("--op compress flags: %+v, %v", cfg, err)
+	}
+	if cfg, err = parseBenchFlags([]string{"--op", "compress"}); err != nil || len(cfg.scopes) != 2 {
+		t.Fatalf("--op compress defaults: %+v, %v", cfg, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/internal/config"
 	"github.com/sparcml/sparcml/internal/launch"
 	"github.com/sparcml/sparcml/train"
@@ -48,8 +49,8 @@ type trainFlags struct {
 // trainFlagValues holds the flags that parseTrainFlags turns into
 // fields of trainFlags.
 type trainFlagValues struct {
-	hidden, reduce, density, quant, compare string
-	noEF, noMask, perLayer                  bool
+	hidden, reduce, density, quant, compare, scope string
+	noEF, noMask, perLayer                         bool
 }
 
 // newTrainFlags declares every flag of `sparcml train` once, with its
@@ -85,6 +86,7 @@ func newTrainFlags(f *trainFlags, v *trainFlagValues) *flag.FlagSet {
 	fs.Float64Var(&c.WarmupEpochs, "warmup-epochs", 0, "topk: epochs of density warm-up (from 25% down to --density)")
 	fs.BoolVar(&v.noEF, "no-error-feedback", false, "topk: drop what is not sent (the ablation)")
 	fs.BoolVar(&v.noMask, "no-momentum-masking", false, "topk: keep the velocity of the entries sent (no DGC momentum-factor masking)")
+	fs.StringVar(&v.scope, "scope", "union", "topk: union sums every rank's selection exactly; global keeps about --density of those sums, the largest over every rank (Ok-Topk's global top-k; lossy)")
 	fs.BoolVar(&v.perLayer, "per-layer", false, "topk: select the top entries of every tensor separately (default: over the whole model)")
 	fs.StringVar(&v.compare, "compare", "", "run these variants one after another on the same data and seed, e.g. dense,topk:0.01,topk:0.01+q4")
 	fs.StringVar(&f.plot, "plot", "", "draw test accuracy and loss against epochs and wall time to FILE.png")
@@ -142,6 +144,11 @@ func parseTrainFlags(args []string) (*trainFlags, error) {
 		if v.reduce != "dense" && v.reduce != "sparse" && v.reduce != "topk" {
 			return nil, usagef("unknown --reduce %q (want dense|sparse|topk)", v.reduce)
 		}
+		scope, err := compress.ParseScope(v.scope)
+		if err != nil || scope != compress.ScopeUnion && v.reduce != "topk" {
+			return nil, usagef("--scope %q: want union or global, global with --reduce topk", v.scope)
+		}
+		variant.Scope = scope
 		if v.reduce == "topk" {
 			d, err := train.ParseFraction(v.density)
 			if err != nil {

@@ -9,6 +9,7 @@ from ._arrays import NUMPY_DTYPE, Bad, buffer
 
 QUANTS = {None: 0, "none": 0, "fp16": 1, "bf16": 2, "q8": 3, "q4": 4, "q2": 5}
 METHODS = {"exact": 0, "sampled": 1, "reuse": 2, "random": 3}
+SCOPES = {"union": 0, "global": 1}
 
 
 class Compressor:
@@ -25,7 +26,12 @@ class Compressor:
     next step's gradient (error_feedback=False drops it instead). quant
     encodes the values sent: None, "fp16", "bf16", "q8", "q4" or "q2" (the
     indices stay exact); method chooses the entries: "exact" (top-k, ties
-    to the lower index), "sampled", "reuse" or "random".
+    to the lower index), "sampled", "reuse" or "random". scope="global"
+    keeps only about density * grad.size of the summed entries, the
+    largest over every rank (Ok-Topk's global top-k: about twice that many
+    entries sent per rank whatever comm.size), each rank's selected
+    entries the global selection dropped going back into its residual;
+    "union" (the default) keeps every rank's selection (docs/COMPRESSION.md).
 
     A Compressor holds the state of one buffer: its first reduce fixes the
     length and dtype (C-contiguous float32 or float64) and allocates the
@@ -37,12 +43,13 @@ class Compressor:
     (Aborted); arguments that differ between ranks raise Mismatch on every
     rank."""
 
-    def __init__(self, comm, density=0.01, quant=None, error_feedback=True, method="exact"):
+    def __init__(self, comm, density=0.01, quant=None, error_feedback=True, method="exact", scope="union"):
         self.comm = comm
         self.density = density
         self.quant = quant
         self.error_feedback = bool(error_feedback)
         self.method = method
+        self.scope = scope
         self._h = None
         self.size = None  # the gradient's length, known from the first reduce
         self.dtype = None
@@ -60,11 +67,14 @@ class Compressor:
             m = METHODS.get(self.method)
             if m is None:
                 raise Bad("unknown method %r (want 'exact', 'sampled', 'reuse' or 'random')" % (self.method,))
+            s = SCOPES.get(self.scope)
+            if s is None:
+                raise Bad("unknown scope %r (want 'union' or 'global')" % (self.scope,))
         except Bad as e:
             comm._bad(op, e)
         h = ctypes.c_void_p()
-        rc = comm._so.sparcml_compressor_create(comm._handle(op), n, dt, float(self.density), q,
-                                                int(self.error_feedback), m, ctypes.byref(h))
+        rc = comm._so.sparcml_compressor_create_scoped(comm._handle(op), n, dt, float(self.density), q,
+                                                       int(self.error_feedback), m, s, ctypes.byref(h))
         if rc:
             comm._raise(rc)
         self._h, self.size, self.dtype = h, n, NUMPY_DTYPE[dt]
@@ -77,7 +87,7 @@ class Compressor:
         already in the residual: do not apply it, nor reduce it again."""
         if self._h is None:
             self._create(grad)
-        op = "sparse-allreduce"
+        op = "global-topk" if self.scope == "global" else "sparse-allreduce"
         try:
             ptr, n, dt = buffer(grad, "grad", True)
             if n != self.size or NUMPY_DTYPE[dt] != self.dtype:

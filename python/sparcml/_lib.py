@@ -117,6 +117,8 @@ def _declare(so):
         "sparcml_start_sparse_allreduce_result": (
             c_int, [c_void_p, u64, c_size_t, c_void_p, c_void_p, c_int, c_void_p, pp]),
         "sparcml_compressor_create": (c_int, [c_void_p, c_size_t, c_int, c_double, c_int, c_int, c_int, pp]),
+        "sparcml_compressor_create_scoped": (
+            c_int, [c_void_p, c_size_t, c_int, c_double, c_int, c_int, c_int, c_int, pp]),
         "sparcml_compressor_reduce": (c_int, [c_void_p, c_void_p, c_size_t]),
         "sparcml_compressor_residual": (c_int, [c_void_p, c_void_p, c_size_t]),
         "sparcml_compressor_destroy": (c_int, [c_void_p]),

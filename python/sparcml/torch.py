@@ -149,6 +149,9 @@ class TopkState:
         "q4", "q2"; the indices stay exact).
     method: how the entries are chosen ("exact" top-k, "sampled",
         "reuse", "random"; see docs/COMPRESSION.md).
+    scope: "union" sums every rank's selection; "global" keeps about
+        density of each bucket's sums, the largest over every rank
+        (Ok-Topk's global top-k; the rest goes back into the residuals).
     start_iter: the iterations reduced dense before compression starts
         (at least 2 with error feedback: DDP rebuilds its buckets after the
         first iteration, so a residual kept for the first layout would be
@@ -168,17 +171,20 @@ class TopkState:
     count the elements given to the compressors and the entries asked of
     them (compression_stats())."""
 
-    __slots__ = ["density", "error_feedback", "quant", "method", "start_iter", "comm", "iter", "compressors",
-                 "numel_before", "numel_sent"]
+    __slots__ = ["density", "error_feedback", "quant", "method", "scope", "start_iter", "comm", "iter",
+                 "compressors", "numel_before", "numel_sent"]
 
-    def __init__(self, density=0.01, error_feedback=True, quant=None, method="exact", start_iter=2, comm=None):
+    def __init__(self, density=0.01, error_feedback=True, quant=None, method="exact", start_iter=2, comm=None,
+                 scope="union"):
         if not 0 < density <= 1:
             raise ValueError("density %r is outside (0, 1]" % (density,))
         if error_feedback and start_iter < 2:
             raise ValueError("start_iter %d: with error feedback at least 2, since DDP rebuilds its buckets "
                              "after the first iteration" % start_iter)
         self.density, self.error_feedback, self.quant, self.method = density, bool(error_feedback), quant, method
-        self.start_iter, self.comm = start_iter, comm
+        if scope not in ("union", "global"):
+            raise ValueError("scope %r: want 'union' or 'global'" % (scope,))
+        self.start_iter, self.comm, self.scope = start_iter, comm, scope
         self.iter = 0
         self.compressors = {}
         self.numel_before = self.numel_sent = 0
@@ -198,7 +204,7 @@ class TopkState:
             comp = None
         if comp is None:
             comp = sparcml.Compressor(comm, density=self.density, quant=self.quant,
-                                      error_feedback=self.error_feedback, method=self.method)
+                                      error_feedback=self.error_feedback, method=self.method, scope=self.scope)
             self.compressors[index] = comp
         return comp
 

@@ -114,11 +114,46 @@ def test_conservation_of_every_method(comm):
         comp.close()
 
 
+def test_global_scope(comm):
+    """scope="global": the first step, an exact global selection, keeps the
+    k largest magnitudes of the ranks' summed selections (ties to the lower
+    index) and puts each rank's dropped entries back into its residual, as
+    replayed here; the later steps keep about k entries and conserve the
+    gradient (what was kept plus the residuals is what was given)."""
+    n, density, steps = 20000, 0.05, 3
+    comp = sparcml.Compressor(comm, density=density, scope="global")
+    ref = Reference(comm.size, n, density, True, np.float32)
+    given, sent = np.zeros(n), np.zeros(n)
+    for t in range(steps):
+        grads = [gradient("global", r, t, n, np.float32) for r in range(comm.size)]
+        given += sum(g.astype(np.float64) for g in grads)
+        g = grads[comm.rank].copy()
+        comp.reduce(g)
+        sent += g.astype(np.float64) * comm.size
+        if t == 0:
+            ref.step(grads)
+            sums = np.sum(ref.sent, axis=0, dtype=np.float32)
+            nonzero = np.flatnonzero(sums)
+            order = nonzero[np.lexsort((nonzero, -np.abs(sums[nonzero])))]
+            kept = np.zeros(n, bool)
+            kept[order[:ref.k]] = True
+            want = np.where(kept, sums / np.float32(comm.size), 0).astype(np.float32)
+            np.testing.assert_array_equal(g, want, err_msg="global step 0")
+            residual = ref.residual[comm.rank] + np.where(kept, 0, ref.sent[comm.rank])
+            np.testing.assert_array_equal(comp.residual(), residual, err_msg="global step 0 residual")
+        else:
+            assert ref.k / 2 < np.count_nonzero(g) < 2 * ref.k, "global step %d kept %d" % (t, np.count_nonzero(g))
+    kept = comm.allreduce(comp.residual().astype(np.float64))
+    np.testing.assert_allclose(sent + kept, given, rtol=1e-5, atol=1e-4, err_msg="global conservation")
+    comp.close()
+
+
 def test_bad_arguments(comm):
     bad = 1
     g = np.ones(100, np.float32)
     for kwargs, want in [({"density": 0.0}, sparcml.InvalidArgument), ({"density": 2.0}, sparcml.InvalidArgument),
-                         ({"quant": "q3"}, sparcml.InvalidArgument), ({"method": "best"}, sparcml.InvalidArgument)]:
+                         ({"quant": "q3"}, sparcml.InvalidArgument), ({"method": "best"}, sparcml.InvalidArgument),
+                         ({"scope": "local"}, sparcml.InvalidArgument)]:
         comp = sparcml.Compressor(comm, **(kwargs if comm.rank == bad else {}))
         expect_raises(comm, lambda: comp.reduce(g), bad, want, "compressor-create")
     # A wrong first array on one rank.
@@ -146,4 +181,4 @@ def test_bad_arguments(comm):
 
 if __name__ == "__main__":
     run([test_topk_error_feedback, test_quantized, test_density_one_is_the_dense_average,
-         test_conservation_of_every_method, test_bad_arguments])
+         test_conservation_of_every_method, test_global_scope, test_bad_arguments])

@@ -144,6 +144,34 @@ def test_topk_hook_reaches_default_accuracy(comm):
         "ranks hold different parameters"
 
 
+def test_topk_hook_global_scope(comm):
+    """TopkState(scope="global"): each bucket keeps about 10% of its summed
+    entries, the largest over the ranks; the MLP reaches DDP's default
+    accuracy within three points (it keeps a third of what the union of 3
+    ranks keeps), and every rank ends with the same parameters."""
+    base = make_model()
+    default = DDP(copy.deepcopy(base), bucket_cap_mb=0.005)
+    hooked = DDP(copy.deepcopy(base), bucket_cap_mb=0.005)
+    state = st.TopkState(density=0.1, scope="global")
+    hooked.register_comm_hook(state, st.topk_hook)
+    steps = 400
+    want = train_mlp(default, steps, comm.rank, comm.size)
+    got = train_mlp(hooked, steps, comm.rank, comm.size)
+    if comm.rank == 0:
+        print("topk_hook 10%% global: accuracy %.4f, DDP default %.4f (%d steps)" % (got, want, steps), flush=True)
+    assert want > 0.6, "the default did not learn the task (accuracy %.3f)" % want
+    assert got >= want - 0.03, "global top-k accuracy %.4f, default %.4f" % (got, want)
+    assert all(c.scope == "global" for c in state.compressors.values())
+    assert identical_on_every_rank(comm, [p.detach() for p in hooked.module.parameters()]), \
+        "ranks hold different parameters"
+    try:
+        st.TopkState(scope="local")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("TopkState accepted scope='local'")
+
+
 def test_topk_hook_bad_bucket(comm):
     """A float16 model on one rank: the hook fails on every rank."""
     bad = 1
@@ -246,5 +274,6 @@ def test_bad_tensors(comm):
 
 if __name__ == "__main__":
     run([test_allreduce_hook_equals_ddp_default, test_topk_hook_density_one_equals_ddp_default,
-         test_topk_hook_reaches_default_accuracy, test_topk_hook_bad_bucket, test_allreduce_sparse_embedding,
+         test_topk_hook_reaches_default_accuracy, test_topk_hook_global_scope, test_topk_hook_bad_bucket,
+         test_allreduce_sparse_embedding,
          test_allreduce_sparse_2d_sparse_dims, test_allreduce_tensor, test_bad_tensors])

@@ -1,0 +1,234 @@
+package collectives
+
+import (
+	"math"
+	"slices"
+
+	"github.com/sparcml/sparcml/sparse"
+)
+
+// The threshold of GlobalTopk: the exact K-th magnitude by radix selection
+// over the owners (selectKth), and the estimate the calls in between use
+// (GlobalTopkState).
+
+// spStepSelect is the first step of the selection rounds' allreduces, one
+// block of 1<<16 steps per round, above every other phase of the op.
+const spStepSelect = 1 << 24
+
+// selectKth returns the rule that keeps exactly min(k, nonzero sums)
+// entries over every owner's range: the K-th largest magnitude key, found
+// 8 bits at a time from the top. Each round counts this owner's keys that
+// share the prefix found so far by their next 8 bits, allreduces the 256
+// counts, and descends into the bucket holding the K-th key. A bucket
+// whose every key is kept ends the search early, at its lowest key.
+// Counts travel as float64, exact up to 2^53 entries.
+func (c *spCall[T]) selectKth(red *sparse.Vector[T], k int, res *GlobalTopkStats) (globalTopkCut, error) {
+	if k == 0 {
+		return globalTopkCut{key: math.MaxUint64, quota: 0}, nil
+	}
+	var keys []uint64
+	forEachStored(red, func(_ uint32, x T) {
+		if x != 0 {
+			keys = append(keys, magnitudeKey[T](float64(x)))
+		}
+	})
+	width := 8 * sparse.ValueSize[T]()
+	need := float64(k)
+	var prefix uint64
+	hist := make([]float64, 256)
+	for shift := width - 8; shift >= 0; shift -= 8 {
+		clear(hist)
+		for _, key := range keys {
+			if key>>(shift+8) == prefix {
+				hist[(key>>shift)&255]++
+			}
+		}
+		if err := c.allreduceCounts(hist, res); err != nil {
+			return globalTopkCut{}, err
+		}
+		if shift == width-8 && sumCounts(hist) <= need {
+			return globalTopkCut{key: 0, quota: math.MaxInt}, nil // every nonzero sum
+		}
+		b, above := 255, 0.0
+		for ; above+hist[b] < need; b-- {
+			above += hist[b]
+		}
+		need -= above
+		prefix = prefix<<8 | uint64(b)
+		if hist[b] == need {
+			return globalTopkCut{key: prefix << shift, quota: math.MaxInt}, nil
+		}
+	}
+	// prefix is the K-th key itself, held by more entries than the need
+	// left: they are kept in index order, owner by owner.
+	quota, err := c.tieQuota(keys, prefix, need, res)
+	return globalTopkCut{key: prefix, quota: quota}, err
+}
+
+// tieQuota returns how many of this owner's keys equal to key it keeps:
+// the owners' counts are allreduced (each in its own slot), and the first
+// need entries in index order are kept, owners holding consecutive ranges.
+func (c *spCall[T]) tieQuota(keys []uint64, key uint64, need float64, res *GlobalTopkStats) (int, error) {
+	counts := make([]float64, c.p)
+	for _, x := range keys {
+		if x == key {
+			counts[c.rank]++
+		}
+	}
+	if err := c.allreduceCounts(counts, res); err != nil {
+		return 0, err
+	}
+	left := need - sumCounts(counts[:c.rank])
+	return int(max(0, min(left, counts[c.rank]))), nil
+}
+
+// allreduceCounts sums counts over the ranks, on a view of the op whose
+// steps are the round's own.
+func (c *spCall[T]) allreduceCounts(counts []float64, res *GlobalTopkStats) error {
+	sub := subOpFixed(c.op, spAllRanks(c.p), spStepSelect+uint32(res.Rounds)<<16)
+	res.Rounds++
+	return runAllreduce(sub, counts, Sum, AlgoRecursiveDoubling, segmentElems[float64](sub))
+}
+
+func sumCounts(h []float64) float64 {
+	s := 0.0
+	for _, x := range h {
+		s += x
+	}
+	return s
+}
+
+// DefaultGlobalTopkPeriod is the number of calls an exact threshold
+// serves (itself included) when GlobalTopkState.Period is zero.
+const DefaultGlobalTopkPeriod = 8
+
+// ThresholdEstimator says how GlobalTopk sets the threshold of the calls
+// between exact ones.
+type ThresholdEstimator uint8
+
+const (
+	// EstimateHistogram (the default) counts every owner's sums in 256
+	// buckets of 1/32 octave around the last threshold (one allreduce of
+	// 257 counts, 2 KiB) and keeps the sums above the bucket edge whose
+	// count is nearest K; when the K-th sum falls outside the buckets'
+	// range (a factor 16 either way) the call selects exactly instead.
+	// It follows magnitudes that drift between exact calls, as error
+	// feedback makes them do (TestGlobalTopkEstimatorTracksK compares it
+	// with EstimateReuse).
+	EstimateHistogram ThresholdEstimator = iota
+	// EstimateReuse keeps the exact call's threshold until the next, as
+	// Ok-Topk does: no communication, but the kept count follows the
+	// gradient's magnitudes.
+	EstimateReuse
+)
+
+func (e ThresholdEstimator) String() string {
+	switch e {
+	case EstimateHistogram:
+		return "histogram"
+	case EstimateReuse:
+		return "reuse"
+	}
+	return "estimator(?)"
+}
+
+// GlobalTopkState is what GlobalTopk carries from one call to the next:
+// the owners' ranges and the threshold estimate. Every rank's state sees
+// the same calls and results, so it evolves alike on every rank; keep one
+// per tensor. The zero value is ready: its first call is exact.
+type GlobalTopkState struct {
+	// Period is the number of calls an exact threshold serves (itself
+	// included): 1 makes every call exact; 0 means
+	// DefaultGlobalTopkPeriod.
+	Period int
+	// Estimator sets the threshold between exact calls.
+	Estimator ThresholdEstimator
+
+	calls     int // since the last exact call, which counts
+	k         int
+	threshold float64
+	bounds    []int
+}
+
+// Threshold is the magnitude the next estimated call keeps sums at or
+// above.
+func (s *GlobalTopkState) Threshold() float64 { return s.threshold }
+
+// Reset makes the next call exact and forgets the estimate.
+func (s *GlobalTopkState) Reset() { *s = GlobalTopkState{Period: s.Period, Estimator: s.Estimator} }
+
+// exactDue says whether this call selects exactly: on the first call, once
+// a threshold has served Period calls, and when K, the dimension or the
+// number of ranks changed.
+func (s *GlobalTopkState) exactDue(k, dim, p int) bool {
+	period := s.Period
+	if period <= 0 {
+		period = DefaultGlobalTopkPeriod
+	}
+	return s.calls == 0 || s.calls >= period || s.k != k || len(s.bounds) != p+1 || s.bounds[p] != dim
+}
+
+// update takes in a call's threshold t.
+func (s *GlobalTopkState) update(k int, exact bool, t float64) {
+	if exact {
+		s.calls, s.k = 1, k
+	} else {
+		s.calls++
+	}
+	s.threshold = t
+}
+
+// estimateBuckets is EstimateHistogram's bucket count, estimateOctave
+// the buckets per octave: the range is a factor 2^(256/32/2) = 16 either
+// side of the last threshold.
+const (
+	estimateBuckets = 256
+	estimateOctave  = 32
+)
+
+// estimateCut is EstimateHistogram: it returns the rule keeping the sums
+// at or above the bucket edge whose count over every owner is nearest k,
+// or ok false when the k-th sum lies outside the buckets (or there is no
+// last threshold), for the caller to select exactly.
+func (c *spCall[T]) estimateCut(red *sparse.Vector[T], k int, last float64, res *GlobalTopkStats) (cut globalTopkCut, ok bool, err error) {
+	if !(last > 0) || math.IsInf(last, 0) || k == 0 {
+		return cut, false, nil
+	}
+	// edges[j] is the key of last·2^((j-128)/32); counts[j] the keys in
+	// [edges[j], edges[j+1]), counts[256] those at or above edges[256].
+	var edges [estimateBuckets + 1]uint64
+	for j := range edges {
+		edges[j] = magnitudeKey[T](last * math.Exp2(float64(j-estimateBuckets/2)/estimateOctave))
+	}
+	counts := make([]float64, estimateBuckets+1)
+	forEachStored(red, func(_ uint32, x T) {
+		if x == 0 {
+			return
+		}
+		key := magnitudeKey[T](float64(x))
+		if j, found := slices.BinarySearch(edges[:], key); found {
+			counts[j]++
+		} else if j > 0 {
+			counts[j-1]++
+		}
+	})
+	if err := c.allreduceCounts(counts, res); err != nil {
+		return cut, false, err
+	}
+	need := float64(k)
+	above := counts[estimateBuckets]
+	if above > need {
+		return cut, false, nil
+	}
+	for j := estimateBuckets - 1; j >= 0; j-- {
+		if above+counts[j] >= need {
+			edge := j + 1 // keeps above, fewer than k
+			if above+counts[j]-need < need-above {
+				edge = j // keeps above+counts[j], nearer k
+			}
+			return globalTopkCut{key: edges[edge], quota: math.MaxInt}, true, nil
+		}
+		above += counts[j]
+	}
+	return cut, false, nil
+}
