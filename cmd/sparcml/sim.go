@@ -88,7 +88,7 @@ func simCase(cfg *simConfig, p, n int, d float64) ([]simResult, error) {
 	var rows []simResult
 	best := -1
 	for _, a := range cfg.algos {
-		c := simrun.Case{Op: cfg.op, N: n, Density: d, Dist: cfg.dist, Algo: a, Quant: cfg.quant, Seed: cfg.seed, Model: cfg.model}
+		c := simrun.Case{Op: cfg.op, N: n, Density: d, Dist: cfg.dist, Algo: a, Quant: cfg.quant, Indices: cfg.indices, Seed: cfg.seed, Model: cfg.model}
 		res, err := simrun.Run(machine, c, cfg.check)
 		if err != nil {
 			return nil, fmt.Errorf("%s %v on %d ranks at n=%d: %w", cfg.op, a, p, n, err)
