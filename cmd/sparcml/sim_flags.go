@@ -34,7 +34,7 @@ type simConfig struct {
 
 type simFlagValues struct {
 	ranks, sizes, density, algo, quant, indices, topology, compute, calibration string
-	rateGbit, latencyUS, overheadUS, gapUS, shmGBps, shmLatencyUS      float64
+	rateGbit, latencyUS, overheadUS, gapUS, shmGBps, shmLatencyUS               float64
 }
 
 func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
