@@ -36,17 +36,12 @@ func simCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	rows, err := runSim(cfg)
+	out := newSimReporter(os.Stdout, cfg.format)
+	rows, err := runSim(cfg, out.rows)
+	out.close()
 	if err != nil {
 		return err
 	}
-	out := newSimReporter(os.Stdout, cfg.format)
-	for _, r := range rows {
-		if err := out.row(r); err != nil {
-			return err
-		}
-	}
-	out.close()
 	if cfg.plot != "" {
 		if err := os.WriteFile(cfg.plot, plotSVG(rows), 0o644); err != nil {
 			return err
@@ -61,8 +56,9 @@ func simCmd(args []string) error {
 }
 
 // runSim simulates every case of cfg: each count of ranks, size and
-// density, every listed algorithm.
-func runSim(cfg *simConfig) ([]simResult, error) {
+// density, every listed algorithm; emit gets each case's rows as soon as
+// they are known (a long sweep prints as it goes).
+func runSim(cfg *simConfig, emit func([]simResult) error) ([]simResult, error) {
 	densities := cfg.densities
 	if cfg.op != "sparse-allreduce" {
 		densities = []float64{0}
@@ -73,6 +69,9 @@ func runSim(cfg *simConfig) ([]simResult, error) {
 			for _, d := range densities {
 				caseRows, err := simCase(cfg, p, n, d)
 				if err != nil {
+					return nil, err
+				}
+				if err := emit(caseRows); err != nil {
 					return nil, err
 				}
 				rows = append(rows, caseRows...)
@@ -89,7 +88,7 @@ func simCase(cfg *simConfig, p, n int, d float64) ([]simResult, error) {
 	var rows []simResult
 	best := -1
 	for _, a := range cfg.algos {
-		c := simrun.Case{Op: cfg.op, N: n, Density: d, Dist: cfg.dist, Algo: a, Quant: cfg.quant, Seed: cfg.seed, Model: cfg.model}
+		c := simrun.Case{Op: cfg.op, N: n, Density: d, Dist: cfg.dist, Algo: a, Quant: cfg.quant, Indices: cfg.indices, Seed: cfg.seed, Model: cfg.model}
 		res, err := simrun.Run(machine, c, cfg.check)
 		if err != nil {
 			return nil, fmt.Errorf("%s %v on %d ranks at n=%d: %w", cfg.op, a, p, n, err)

@@ -23,6 +23,7 @@ type simConfig struct {
 	dist      string
 	algos     []collectives.Algo
 	quant     quant.Kind
+	indices   collectives.IndexWire
 	check     bool
 	format    string
 	seed      uint64
@@ -32,8 +33,8 @@ type simConfig struct {
 }
 
 type simFlagValues struct {
-	ranks, sizes, density, algo, quant, topology, compute, calibration string
-	rateGbit, latencyUS, overheadUS, gapUS, shmGBps, shmLatencyUS      float64
+	ranks, sizes, density, algo, quant, indices, topology, compute, calibration string
+	rateGbit, latencyUS, overheadUS, gapUS, shmGBps, shmLatencyUS               float64
 }
 
 func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
@@ -45,6 +46,7 @@ func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
 	fs.StringVar(&cfg.dist, "dist", "uniform", "sparse ops: index distribution uniform|powerlaw")
 	fs.StringVar(&v.algo, "algo", "auto", "comma list of algorithms, or all (auto and every forced algorithm of --op); dense: auto|ring|rabenseifner|recursive-doubling|hierarchical; sparse: auto|ssar-rd|ssar-split|dsar|allgather")
 	fs.StringVar(&v.quant, "quant", "none", "sparse-allreduce value encoding: none|fp16|bf16|q8|q4|q2")
+	fs.StringVar(&v.indices, "indices", "auto", "sparse-allreduce with exact values: indices on the wire auto (the cost model's choice)|raw|packed")
 	fs.BoolVar(&cfg.check, "check", false, "check every rank's result against the sum computed locally from every rank's seeded input")
 	fs.StringVar(&cfg.format, "format", "table", "output: table|json|csv")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the ranks' inputs")
@@ -103,6 +105,15 @@ func parseSimFlags(args []string) (*simConfig, error) {
 	}
 	if cfg.quant, err = quant.ParseKind(v.quant); err != nil {
 		return nil, usagef("--quant: %v", err)
+	}
+	found := false
+	for _, w := range []collectives.IndexWire{collectives.IndexAuto, collectives.IndexRaw, collectives.IndexPacked} {
+		if w.String() == v.indices {
+			cfg.indices, found = w, true
+		}
+	}
+	if !found {
+		return nil, usagef("unknown --indices %q (want auto|raw|packed)", v.indices)
 	}
 	if cfg.format != "table" && cfg.format != "json" && cfg.format != "csv" {
 		return nil, usagef("unknown --format %q (want table|json|csv)", cfg.format)

@@ -66,6 +66,19 @@ func (s *simReporter) row(r simResult) error {
 	return nil
 }
 
+// rows prints rows and flushes them.
+func (s *simReporter) rows(rows []simResult) error {
+	for _, r := range rows {
+		if err := s.row(r); err != nil {
+			return err
+		}
+	}
+	if s.cw != nil {
+		s.cw.Flush()
+	}
+	return nil
+}
+
 func (s *simReporter) close() {
 	if s.cw != nil {
 		s.cw.Flush()

@@ -16,16 +16,10 @@ func runSimCmd(t *testing.T, args ...string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := runSim(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b bytes.Buffer
 	out := newSimReporter(&b, cfg.format)
-	for _, r := range rows {
-		if err := out.row(r); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := runSim(cfg, out.rows); err != nil {
+		t.Fatal(err)
 	}
 	out.close()
 	return b.Bytes()
@@ -73,7 +67,7 @@ func TestSimPlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := runSim(cfg)
+	rows, err := runSim(cfg, func([]simResult) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

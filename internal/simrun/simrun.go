@@ -22,6 +22,7 @@ type Case struct {
 	Dist    string  // sparse ops: uniform or powerlaw
 	Algo    collectives.Algo
 	Quant   quant.Kind
+	Indices collectives.IndexWire // exact sparse values: how indices travel (IndexAuto: the model's choice)
 	Seed    uint64
 	Model   collectives.CostModel // AlgoAuto's model and the predictions
 

@@ -41,7 +41,7 @@ func (sparseAllreduce) Prepare(c Case, p int) (Instance, error) {
 }
 
 func (s *sparseInstance) opts() collectives.SparseOptions {
-	return collectives.SparseOptions{Algo: s.c.Algo, Model: s.c.Model, Quant: s.c.Quant}
+	return collectives.SparseOptions{Algo: s.c.Algo, Model: s.c.Model, Quant: s.c.Quant, Indices: s.c.Indices}
 }
 
 func (s *sparseInstance) Run(op *collectives.Op, rank int) (collectives.Algo, error) {
