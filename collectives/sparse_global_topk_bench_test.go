@@ -22,6 +22,9 @@ import (
 // "bound-B/rank" Ok-Topk's 6K(P-1)/P entries of index and value.
 //
 //	go test -run '^$' -bench GlobalTopkVsUnion -benchtime 16x ./collectives/
+//
+// (P = 256's union, dense, takes about a minute an iteration on 2 cores;
+// -bench 'GlobalTopkVsUnion/P=(8|64)/' leaves it out.)
 func BenchmarkGlobalTopkVsUnion(b *testing.B) {
 	const n = 256 << 10
 	const k = n / 100
