@@ -260,6 +260,10 @@ func OnLaunchFailure(st Store, f func(error)) (stop func()) {
 // the ranks still in Init fail at once instead of waiting for
 // SPARCML_INIT_TIMEOUT on connections this rank will never make.
 //
+// When err is a transport's *PeerError for a lost peer, the store
+// checks whether that peer's store connection ended too: if so, the
+// launch fails naming the peer (it died), the cause every rank reports.
+//
 // If the launch had already failed, its first cause is returned as a
 // *LaunchError: this rank's error is then most likely a consequence (a
 // connection to a rank that was already leaving), and the caller names
@@ -277,6 +281,9 @@ func ReportInitFailure(st Store, err error) *LaunchError {
 	cause := err.Error()
 	if len(cause) > maxAbortLen {
 		cause = cause[:maxAbortLen] + "..."
+	}
+	if peer, ok := lostPeer(err); ok {
+		return reportPeerLost(c, peer, cause)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
