@@ -59,8 +59,8 @@ type server struct {
 	open     map[net.Conn]struct{}
 	ranks    []*serverConn // the connection of each rank, nil if none
 	state    []rankState
-	ready    []bool   // the rank's Init is done (opReady)
-	losses   []uint64 // how often the rank's connection ended without a goodbye
+	ready    []bool                // the rank's Init is done (opReady)
+	losses   []uint64              // how often the rank's connection ended without a goodbye
 	changed  chan struct{}         // closed and replaced whenever state changes
 	fault    string                // why the launch failed; "" while it has not
 	progress map[int]progressEntry // each rank's latest progress record
