@@ -81,6 +81,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, failInit(ctx, err, env.Rank, store, initTimeout)
 	}
+	bootstrap.MarkReady(store) // from now on its peers see this rank's death
 	c := newComm(t, env.Timeout, log)
 	c.plans.every = s.SparseAgreeEvery
 	c.store = store
