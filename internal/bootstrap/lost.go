@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/sparcml/sparcml/transport"
@@ -32,6 +33,26 @@ func lostCause(rank int) string {
 	return fmt.Sprintf("rank %d left the rendezvous store during Init without a goodbye (killed or crashed?)", rank)
 }
 
+// cutShort handles a connection that claimed rank and ended during its
+// handshake: the rank was killed on its way in, unless it connects
+// within reconnectGrace (a live process retries at once).
+func (s *server) cutShort(rank uint32) {
+	if int64(rank) >= int64(s.size) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state[rank] == rankUnseen {
+		s.lostLocked(int(rank))
+	}
+}
+
+// isCutShort reports whether err is a connection's end (end of stream,
+// reset), not a timeout or a protocol error.
+func isCutShort(err error) bool {
+	return isDisconnect(err) || errors.Is(err, syscall.ECONNRESET)
+}
+
 // lostLocked starts the grace of a rank whose connection just ended
 // without a goodbye, if the rank was still in Init.
 func (s *server) lostLocked(rank int) {
@@ -53,7 +74,8 @@ func (s *server) failUnlessBack(rank int, loss uint64) {
 		return
 	}
 	s.mu.Lock()
-	gone := s.state[rank] == rankLost && s.losses[rank] == loss && !s.stopping
+	st := s.state[rank]
+	gone := (st == rankLost || st == rankUnseen) && s.losses[rank] == loss && !s.stopping
 	s.mu.Unlock()
 	if gone {
 		s.failLaunch(lostCause(rank), nil)

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +223,22 @@ func BenchmarkStoreReconnect(b *testing.B) {
 		worst = max(worst, time.Since(start))
 	}
 	b.ReportMetric(float64(worst)/1e6, "max-ms")
+}
+
+// A rank killed in the middle of its handshake (after its claim) fails
+// the launch too, unless it connects within the grace.
+func TestKilledDuringHandshakeFailsLaunch(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	_, addr := testServer(t, 3, "tok", &logs)
+	stores := []Store{mustDial(t, ctx, testEnv(addr, 0, 3, "tok"), &logs), mustDial(t, ctx, testEnv(addr, 1, 3, "tok"), &logs)}
+	errs := waitGets(t, stores)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write(encodeClaim(2))
+	start := time.Now()
+	conn.Close()
+	wantLaunchError(t, errs, 2, lostCause(2), start, reconnectGrace+500*time.Millisecond)
 }

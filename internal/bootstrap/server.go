@@ -207,8 +207,11 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 		return nil, strangerError{err}
 	}
 	if err := Authenticate(conn, s.token, false, deadline); err != nil {
-		if errors.Is(err, ErrAuth) {
+		switch {
+		case errors.Is(err, ErrAuth):
 			go s.wrongToken(claimed)
+		case isCutShort(err):
+			s.cutShort(claimed)
 		}
 		return nil, strangerError{fmt.Errorf("claiming rank %d: %w", claimed, err)}
 	}
@@ -216,6 +219,9 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 	br := bufio.NewReader(conn)
 	f, err := readFrame(br)
 	if err != nil {
+		if isCutShort(err) {
+			s.cutShort(claimed)
+		}
 		return nil, fmt.Errorf("reading hello: %w", noEOF(err))
 	}
 	if f.op != opHello {
