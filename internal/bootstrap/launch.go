@@ -267,9 +267,9 @@ func OnLaunchFailure(st Store, f func(error)) (stop func()) {
 // If the launch had already failed, its first cause is returned as a
 // *LaunchError: this rank's error is then most likely a consequence (a
 // connection to a rank that was already leaving), and the caller names
-// that cause instead. It returns nil when this rank's report became the
-// cause, when err itself came from the store, or when the store cannot
-// be reached within a second.
+// that cause instead; so is the store's loss (rank 0 died). It returns
+// nil when this rank's report became the cause, when err itself came from
+// the store, or when the store does not answer within a second.
 func ReportInitFailure(st Store, err error) *LaunchError {
 	c, ok := st.(*client)
 	if !ok {
@@ -288,8 +288,20 @@ func ReportInitFailure(st Store, err error) *LaunchError {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, rerr := c.call(ctx, frame{op: opAbort, value: []byte(cause)})
-	le, _ := asLaunchError(rerr)
-	return le
+	return reportAnswer(rerr)
+}
+
+// reportAnswer is the launch's cause as a failure report's error says it:
+// the launch's failure, or the store lost (rank 0 died: that, not this
+// rank's error, which is likely a consequence, is the cause).
+func reportAnswer(err error) *LaunchError {
+	if le, ok := asLaunchError(err); ok {
+		return le
+	}
+	if errors.Is(err, errStoreLost) {
+		return &LaunchError{Cause: err.Error()}
+	}
+	return nil
 }
 
 // abort answers opAbort: the reporting rank's failure becomes the

@@ -153,8 +153,7 @@ func reportPeerLost(c *client, peer int, cause string) *LaunchError {
 	if err == nil && r.op == opFault {
 		return &LaunchError{Cause: string(r.value)}
 	}
-	le, _ := asLaunchError(err)
-	return le
+	return reportAnswer(err)
 }
 
 // lostPeer finds the peer a transport's set-up lost in err.

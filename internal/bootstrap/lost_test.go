@@ -242,3 +242,18 @@ func TestKilledDuringHandshakeFailsLaunch(t *testing.T) {
 	conn.Close()
 	wantLaunchError(t, errs, 2, lostCause(2), start, reconnectGrace+500*time.Millisecond)
 }
+
+// With rank 0 gone (its store with it), a rank whose set-up lost a peer
+// names the store's loss, which is the cause, not the peer.
+func TestPeerReportAfterStoreLost(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	s, addr := testServer(t, 3, "tok", &logs)
+	two := mustDial(t, ctx, testEnv(addr, 2, 3, "tok"), &logs)
+	s.stop()
+	lost := &transport.PeerError{Peer: 1, Kind: transport.ErrPeerLost, Err: errors.New("connection refused")}
+	le := ReportInitFailure(two, lost)
+	if le == nil || !strings.Contains(le.Cause, "connection to rank 0's rendezvous store lost") {
+		t.Fatalf("cause = %v, want the store's loss", le)
+	}
+}
