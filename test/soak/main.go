@@ -41,7 +41,7 @@ const (
 
 func main() {
 	bin := flag.String("bin", "bin/sparcml", "the sparcml binary")
-	trials := flag.Int("trials", envInt("SPARCML_SOAK_TRIALS", 1000), "kill trials in all, spread over the job sizes (env SPARCML_SOAK_TRIALS)")
+	trials := flag.Int("trials", envInt("SOAK_TRIALS", 1000), "kill trials in all, spread over the job sizes (env SOAK_TRIALS)")
 	sizes := flag.String("p", "4,8", "job sizes, comma-separated")
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "random seed (printed, to rerun a soak)")
 	timeout := flag.Duration("timeout", 3*time.Hour, "give up (and clean up) after this long")

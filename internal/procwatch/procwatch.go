@@ -1,4 +1,4 @@
-// Package procwatch looks at other processes through /proc, for the
+// Package procwatch looks at other processes through Linux's /proc, for the
 // tests and the kill soak that must hit a rank at a given point of its
 // start-up and check what a job left behind.
 package procwatch
