@@ -31,6 +31,18 @@ func socketInodes(pid int) map[string]bool {
 // ConnectedTo reports whether pid holds an established TCP connection to
 // port (as rank 0's rendezvous store is), in its network namespace.
 func ConnectedTo(pid, port int) bool {
+	return tcpSocket(pid, "01", func(_, remote int) bool { return remote == port })
+}
+
+// ListensTCP reports whether pid listens on a TCP port other than
+// except (the TCP transport's listener, for one).
+func ListensTCP(pid, except int) bool {
+	return tcpSocket(pid, "0A", func(local, _ int) bool { return local != except })
+}
+
+// tcpSocket reports whether pid holds a TCP socket in state (as
+// /proc/net/tcp writes it) whose ports satisfy match.
+func tcpSocket(pid int, state string, match func(local, remote int) bool) bool {
 	inodes := socketInodes(pid)
 	if len(inodes) == 0 {
 		return false
@@ -44,19 +56,27 @@ func ConnectedTo(pid, port int) bool {
 		for sc.Scan() {
 			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
 			fs := strings.Fields(sc.Text())
-			if len(fs) < 10 || fs[3] != "01" || !inodes[fs[9]] {
+			if len(fs) < 10 || fs[3] != state || !inodes[fs[9]] {
 				continue
 			}
-			if i := strings.LastIndexByte(fs[2], ':'); i >= 0 {
-				if p, err := strconv.ParseUint(fs[2][i+1:], 16, 16); err == nil && int(p) == port {
-					f.Close()
-					return true
-				}
+			if match(port(fs[1]), port(fs[2])) {
+				f.Close()
+				return true
 			}
 		}
 		f.Close()
 	}
 	return false
+}
+
+// port reads the port of an address of /proc/net/tcp (hex ip:port).
+func port(addr string) int {
+	i := strings.LastIndexByte(addr, ':')
+	p, err := strconv.ParseUint(addr[i+1:], 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(p)
 }
 
 // ListensOn reports whether pid holds a unix socket whose name contains

@@ -1,0 +1,67 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sparcml/sparcml/internal/procwatch"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A rank killed during Init once it reached rank 0's store, on emulated
+// hosts (P = 8, two ranks per host: shared memory within a host, TCP
+// between hosts), fails every other rank within 5 s, each naming it,
+// although SPARCML_INIT_TIMEOUT is a minute: killed as soon as it holds
+// a connection to the store, and once its TCP listener is up (SPARCML_TRANSPORT=tcp: the others wait
+// for its connections, or see them break).
+func TestFaultKillAfterStore(t *testing.T) {
+	c := shared(t)
+	binaries(t)
+	const per, victim = 2, 5
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		reached func(pid, storePort int) bool
+	}{
+		{"at-store", nil, procwatch.ConnectedTo},
+		{"in-tcp-setup", []string{"SPARCML_TRANSPORT=tcp"}, procwatch.ListensTCP},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := append([]string{"SPARCML_INIT_TIMEOUT=60s", "SPARCML_CALIBRATE=0"}, tc.env...)
+			run, err := c.Start(Job{RanksPerHost: per, Cmd: []string{testprogBin, "empty"}, Env: env})
+			require.NoError(t, err)
+			defer run.Kill()
+			_, portText, _ := net.SplitHostPort(run.Addr)
+			storePort, _ := strconv.Atoi(portText)
+			pid := run.Ranks[victim].cmd.Process.Pid
+			deadline := time.Now().Add(30 * time.Second)
+			for !tc.reached(pid, storePort) {
+				require.True(t, time.Now().Before(deadline), "rank %d never got there:\n%s", victim, run.Ranks[victim].Stderr())
+				time.Sleep(time.Millisecond)
+			}
+			run.Ranks[victim].Kill()
+			killed := time.Now()
+			w := watchErrors(run)
+			hung := w.wait([]int{victim}, 30*time.Second)
+			require.NoError(t, hung)
+			cause := fmt.Sprintf("the launch failed: rank %d left the rendezvous store during Init without a goodbye (killed or crashed?)", victim)
+			for i, rk := range run.Ranks {
+				if rk.Rank == victim {
+					continue
+				}
+				assert.Contains(t, rk.Stderr(), cause, "rank %d", rk.Rank)
+				assert.Less(t, w.seen[i].Sub(killed), 5*time.Second, "rank %d failed %v after the kill", rk.Rank, w.seen[i].Sub(killed))
+			}
+			res, _ := run.Wait(10 * time.Second)
+			for _, r := range res {
+				if r.Rank != victim {
+					assert.Equal(t, 4, r.ExitCode, "rank %d: %s", r.Rank, r.Stderr)
+				}
+			}
+		})
+	}
+}
