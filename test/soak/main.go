@@ -77,6 +77,9 @@ func main() {
 		if s.verbose || !r.clean() {
 			fmt.Println(r.summary())
 		}
+		if (i+1)%100 == 0 {
+			fmt.Printf("%d trials, %d clean, %v\n", i+1, tab.clean(), time.Since(start).Round(time.Second))
+		}
 	}
 	fmt.Printf("\n%d trials in %v\n\n", tab.total(), time.Since(start).Round(time.Second))
 	tab.print(os.Stdout)

@@ -60,6 +60,14 @@ func (t *table) total() int {
 	return n
 }
 
+func (t *table) clean() int {
+	n := 0
+	for _, r := range t.rows {
+		n += r.clean
+	}
+	return n
+}
+
 func (t *table) allClean() bool {
 	for _, r := range t.rows {
 		if r.clean != r.trials {
