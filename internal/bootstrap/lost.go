@@ -22,10 +22,10 @@ import (
 
 // reconnectGrace is how long the store waits for a rank whose connection
 // ended during Init to reconnect before it fails the launch, and how long
-// a client tries to reconnect. A live client redials at once: reconnecting
-// took at most tens of milliseconds with both cores busy
-// (BenchmarkStoreReconnect, docs/RELIABILITY.md); the rest is margin for a
-// loaded host, within the 5 s in which every rank must hear of the death.
+// a client tries to reconnect. A live client redials at once; the grace
+// is several times the slowest reconnection BenchmarkStoreReconnect saw
+// on a loaded host (docs/RELIABILITY.md has the figure and the command),
+// and leaves most of the 5 s in which every rank must hear of the death.
 const reconnectGrace = time.Second
 
 // lostCause is the launch's failure when rank left the store during Init.
