@@ -274,7 +274,13 @@ func (s *soak) await(ranks []*rank, res *result, killed time.Time) {
 	}
 }
 
-var neverReached = "never reached the rendezvous store"
+// The causes of a victim that died before it reached the store, or
+// before rank 0's store listened: the others cannot tell it from a rank
+// not yet started, and wait for SPARCML_INIT_TIMEOUT.
+var (
+	neverReached = "never reached the rendezvous store"
+	noStore      = "cannot reach rank 0's rendezvous store"
+)
 
 // check classifies where the kill landed and judges each survivor.
 func (s *soak) check(res *result, ranks []*rank, killed time.Time) {
@@ -289,7 +295,7 @@ func (s *soak) check(res *result, ranks []*rank, killed time.Time) {
 	out := all.String()
 	limit := bound
 	switch {
-	case strings.Contains(out, neverReached):
+	case strings.Contains(out, neverReached) || strings.Contains(out, noStore):
 		res.landed, limit = landedBeforeStore, initTimeout+3*time.Second
 	case res.aimed == aimInit && res.upAtKill:
 		res.landed = landedStartUp
