@@ -33,17 +33,21 @@ func TestFaultKillAfterStore(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := append([]string{"SPARCML_INIT_TIMEOUT=60s", "SPARCML_CALIBRATE=0"}, tc.env...)
-			run, err := c.Start(Job{RanksPerHost: per, Cmd: []string{testprogBin, "empty"}, Env: env})
-			require.NoError(t, err)
-			defer run.Kill()
-			_, portText, _ := net.SplitHostPort(run.Addr)
-			storePort, _ := strconv.Atoi(portText)
-			pid := run.Ranks[victim].cmd.Process.Pid
-			deadline := time.Now().Add(30 * time.Second)
-			for !tc.reached(pid, storePort) {
-				require.True(t, time.Now().Before(deadline), "rank %d never got there:\n%s", victim, run.Ranks[victim].Stderr())
-				time.Sleep(time.Millisecond)
+			// A set-up can be over between two looks at /proc: the job
+			// then ends, and the trial starts again.
+			var run *Running
+			for attempt := 1; run == nil; attempt++ {
+				require.LessOrEqual(t, attempt, 10, "rank %d never caught there in 10 jobs", victim)
+				r, err := c.Start(Job{RanksPerHost: per, Cmd: []string{testprogBin, "empty"}, Env: env})
+				require.NoError(t, err)
+				if caught(r, victim, tc.reached) {
+					run = r
+				} else {
+					r.Kill()
+					r.Wait(10 * time.Second)
+				}
 			}
+			defer run.Kill()
 			run.Ranks[victim].Kill()
 			killed := time.Now()
 			w := watchErrors(run)
@@ -68,9 +72,32 @@ func TestFaultKillAfterStore(t *testing.T) {
 			res, _ := run.Wait(10 * time.Second)
 			for _, r := range res {
 				if r.Rank != victim {
-					assert.Equal(t, 4, r.ExitCode, "rank %d: %s", r.Rank, r.Stderr)
+					// Init fails (4), or, for a rank whose own set-up
+					// was over, its first operation (3).
+					assert.Contains(t, []int{3, 4}, r.ExitCode, "rank %d: %s", r.Rank, r.Stderr)
 				}
 			}
 		})
 	}
+}
+
+// caught waits until rank's process of run reached a point (reached,
+// given its pid and the store's port), false if it exited first.
+func caught(run *Running, rank int, reached func(pid, storePort int) bool) bool {
+	_, portText, _ := net.SplitHostPort(run.Addr)
+	storePort, _ := strconv.Atoi(portText)
+	rk := run.Ranks[rank]
+	deadline := time.Now().Add(30 * time.Second)
+	for !reached(rk.cmd.Process.Pid, storePort) {
+		select {
+		case <-rk.Done():
+			return false
+		default:
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
