@@ -78,10 +78,16 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	t, err := connectTransport(ctx, o, s, env, store, topo, log)
 	stopWatch()
+	if err == nil {
+		// A death during another rank's set-up is the launch's failure:
+		// wait for every set-up, so this rank names it too.
+		if err = bootstrap.AwaitReady(ctx, store); err != nil {
+			t.Close()
+		}
+	}
 	if err != nil {
 		return nil, failInit(ctx, err, env.Rank, store, initTimeout)
 	}
-	bootstrap.MarkReady(store) // from now on its peers see this rank's death
 	c := newComm(t, env.Timeout, log)
 	c.plans.every = s.SparseAgreeEvery
 	c.store = store

@@ -47,6 +47,12 @@ func TestKillAfterStoreFailsEveryRank(t *testing.T) {
 				require.True(t, time.Now().Before(deadline), "rank %d never got there", victim)
 				time.Sleep(time.Millisecond)
 			}
+			if tc.holdLast {
+				// Connected is not yet registered (its claim and hello
+				// follow); with rank 7 held back the victim waits on the
+				// store, so a pause lets it register and keeps it there.
+				time.Sleep(300 * time.Millisecond)
+			}
 			require.NoError(t, j.cmds[victim].Process.Signal(syscall.SIGKILL))
 			killed := time.Now()
 			if tc.holdLast {

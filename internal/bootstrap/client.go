@@ -478,7 +478,7 @@ func (c *client) send(ctx context.Context, f frame) error {
 	c.mu.Lock()
 	conn, err := c.conn, c.err
 	p := c.pending[f.id]
-	if f.op == opCancel || f.op == opProgress || f.op == opReady {
+	if f.op == opCancel || f.op == opProgress {
 		p = nil // not waiting for a reply: f.id is not its own
 	}
 	if p != nil {

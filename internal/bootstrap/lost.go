@@ -132,14 +132,43 @@ func (s *server) awaitGone(rank int) bool {
 	}
 }
 
-// MarkReady tells the store that this rank's Init is done: from now on
-// its connection ending is not the launch's failure (its peers see its
-// death on their connections).
-func MarkReady(st Store) {
-	if c, ok := st.(*client); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		c.send(ctx, frame{op: opReady})
+// AwaitReady tells the store that this rank's transport is up, and
+// waits until every rank's is. From then on a rank's store connection
+// ending is not the launch's failure: its peers see its death on their
+// connections. Until then a rank whose own set-up was over still hears
+// of a death during another's (as a *LaunchError, the cause every rank
+// reports), rather than of the ranks that failed Init because of it.
+func AwaitReady(ctx context.Context, st Store) error {
+	c, ok := st.(*client)
+	if !ok {
+		return nil
+	}
+	r, err := c.call(ctx, frame{op: opReady})
+	if err != nil {
+		return fmt.Errorf("bootstrap: rank %d: waiting for every rank's transport: %w", c.rank, err)
+	}
+	if r.op != opOK {
+		return fmt.Errorf("bootstrap: rank %d: waiting for every rank's transport: %w", c.rank, replyError(r))
+	}
+	return nil
+}
+
+// setReady answers opReady: once every rank is ready, every waiting
+// rank's request is.
+func (s *server) setReady(c *serverConn, id uint32) {
+	s.mu.Lock()
+	if !s.ready[c.rank] {
+		s.ready[c.rank] = true
+		s.nReady++
+	}
+	s.awaiting = append(s.awaiting, waiter{c: c, id: id})
+	var answer []waiter
+	if s.nReady == s.size {
+		answer, s.awaiting = s.awaiting, nil
+	}
+	s.mu.Unlock()
+	for _, w := range answer {
+		w.c.out.push(frame{op: opOK, id: w.id})
 	}
 }
 

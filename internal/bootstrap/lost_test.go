@@ -116,16 +116,29 @@ func TestPeerReportOfLiveRank(t *testing.T) {
 	}
 }
 
-// A rank whose Init is done (MarkReady) may leave without failing the
-// launch: its peers see that on their own connections.
+// AwaitReady returns once every rank is ready, not before; a rank ready
+// may then leave without failing the launch: its peers see that on
+// their own connections.
 func TestReadyRankLeavesWithoutFault(t *testing.T) {
 	ctx := testContext(t, 20*time.Second)
 	var logs logBuffer
 	s, addr := testServer(t, 2, "tok", &logs)
 	zero := mustDial(t, ctx, testEnv(addr, 0, 2, "tok"), &logs)
 	one := mustDial(t, ctx, testEnv(addr, 1, 2, "tok"), &logs)
-	MarkReady(one)
-	if err := one.Set(ctx, "k", []byte("v")); err != nil { // after the opReady on the wire
+	oneReady := make(chan error, 1)
+	go func() { oneReady <- AwaitReady(ctx, one) }()
+	select {
+	case err := <-oneReady:
+		t.Fatalf("AwaitReady returned before rank 0 was ready: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := AwaitReady(ctx, zero); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-oneReady; err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Set(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	die(one)
@@ -256,4 +269,24 @@ func TestPeerReportAfterStoreLost(t *testing.T) {
 	if le == nil || !strings.Contains(le.Cause, "connection to rank 0's rendezvous store lost") {
 		t.Fatalf("cause = %v, want the store's loss", le)
 	}
+}
+
+// A rank waiting for the others' set-up (AwaitReady) hears of a death
+// during another's as the launch's failure naming the dead rank.
+func TestAwaitReadyNamesADeathDuringSetUp(t *testing.T) {
+	ctx := testContext(t, 20*time.Second)
+	var logs logBuffer
+	_, addr := testServer(t, 3, "tok", &logs)
+	var stores []Store
+	for r := range 3 {
+		stores = append(stores, mustDial(t, ctx, testEnv(addr, r, 3, "tok"), &logs))
+	}
+	errs := make(chan error, 2)
+	for _, st := range stores[:2] {
+		go func() { errs <- AwaitReady(ctx, st) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	die(stores[2])
+	wantLaunchError(t, errs, 2, lostCause(2), start, reconnectGrace+500*time.Millisecond)
 }

@@ -59,7 +59,9 @@ type server struct {
 	open     map[net.Conn]struct{}
 	ranks    []*serverConn // the connection of each rank, nil if none
 	state    []rankState
-	ready    []bool                // the rank's Init is done (opReady)
+	ready    []bool                // the rank's transport is up (opReady)
+	nReady   int                   // ranks ready
+	awaiting []waiter              // opReady requests waiting for the others
 	losses   []uint64              // how often the rank's connection ended without a goodbye
 	changed  chan struct{}         // closed and replaced whenever state changes
 	fault    string                // why the launch failed; "" while it has not
@@ -372,9 +374,7 @@ func (s *server) dispatch(c *serverConn, f frame) error {
 	case opAbort:
 		s.abort(c, f)
 	case opReady:
-		s.mu.Lock()
-		s.ready[c.rank] = true
-		s.mu.Unlock()
+		s.setReady(c, f.id)
 	case opPeerLost:
 		return s.peerLost(c, f)
 	case opBye:

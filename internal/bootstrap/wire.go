@@ -50,8 +50,9 @@ const (
 	// opAbort: value, why this rank's Init failed; the store fails the
 	// launch with it (launch.go). No reply.
 	opAbort byte = 9
-	// opReady: this rank's Init is done; its store connection ending from
-	// now on does not fail the launch. No reply.
+	// opReady: this rank's transport is up; its store connection ending
+	// from now on does not fail the launch. Reply: opOK once every rank
+	// is ready.
 	opReady byte = 10
 	// opPeerLost: value, the rank (uint32) whose connection this rank's
 	// Init lost, then the error; the store fails the launch naming that

@@ -16,30 +16,37 @@ import (
 // A rank killed during Init once it reached rank 0's store, on emulated
 // hosts (P = 8, two ranks per host: shared memory within a host, TCP
 // between hosts), fails every other rank within 5 s, each naming it,
-// although SPARCML_INIT_TIMEOUT is a minute: killed as soon as it holds
-// a connection to the store, and once its TCP listener is up (SPARCML_TRANSPORT=tcp: the others wait
-// for its connections, or see them break).
+// although SPARCML_INIT_TIMEOUT is a minute: killed once it registered
+// with the store (rank 7 is started only after the kill, so the others
+// wait on the store), and once its TCP listener is up
+// (SPARCML_TRANSPORT=tcp: the others wait for its connections, or see
+// them break).
 func TestFaultKillAfterStore(t *testing.T) {
 	c := shared(t)
 	binaries(t)
 	const per, victim = 2, 5
+	size := per * sharedHosts
 	for _, tc := range []struct {
-		name    string
-		env     []string
-		reached func(pid, storePort int) bool
+		name     string
+		holdLast bool
+		env      []string
+		reached  func(pid, storePort int) bool
 	}{
-		{"at-store", nil, procwatch.ConnectedTo},
-		{"in-tcp-setup", []string{"SPARCML_TRANSPORT=tcp"}, procwatch.ListensTCP},
+		{"at-store", true, nil, procwatch.ConnectedTo},
+		{"in-tcp-setup", false, []string{"SPARCML_TRANSPORT=tcp"}, procwatch.ListensTCP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := append([]string{"SPARCML_INIT_TIMEOUT=60s", "SPARCML_CALIBRATE=0"}, tc.env...)
+			started := size
+			if tc.holdLast {
+				started--
+			}
 			// A set-up can be over between two looks at /proc: the job
 			// then ends, and the trial starts again.
 			var run *Running
 			for attempt := 1; run == nil; attempt++ {
 				require.LessOrEqual(t, attempt, 10, "rank %d never caught there in 10 jobs", victim)
-				r, err := c.Start(Job{RanksPerHost: per, Cmd: []string{testprogBin, "empty"}, Env: env})
-				require.NoError(t, err)
+				r := startRanks(t, c, started, size, per, env)
 				if caught(r, victim, tc.reached) {
 					run = r
 				} else {
@@ -48,8 +55,17 @@ func TestFaultKillAfterStore(t *testing.T) {
 				}
 			}
 			defer run.Kill()
+			if tc.holdLast {
+				// Connected is not yet registered (its claim and hello
+				// follow); with rank 7 held back the victim waits on the
+				// store, so a pause lets it register and keeps it there.
+				time.Sleep(300 * time.Millisecond)
+			}
 			run.Ranks[victim].Kill()
 			killed := time.Now()
+			if tc.holdLast {
+				startRank(t, c, run, size-1, size, per, env)
+			}
 			w := watchErrors(run)
 			hung := w.wait([]int{victim}, 30*time.Second)
 			require.NoError(t, hung)
@@ -62,7 +78,7 @@ func TestFaultKillAfterStore(t *testing.T) {
 				if rk.Rank == victim {
 					continue
 				}
-				if tc.name == "at-store" {
+				if tc.holdLast {
 					assert.Contains(t, rk.Stderr(), cause, "rank %d", rk.Rank)
 				} else {
 					assert.Regexp(t, named, rk.Stderr(), "rank %d", rk.Rank)
@@ -79,6 +95,29 @@ func TestFaultKillAfterStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startRanks starts ranks 0..n-1 of a job of size ranks, per to a host,
+// as Start does; startRank adds one more to it.
+func startRanks(t *testing.T, c *Cluster, n, size, per int, env []string) *Running {
+	c.mu.Lock()
+	port := 29500 + c.jobs%1000
+	c.jobs++
+	c.mu.Unlock()
+	run := &Running{Token: fmt.Sprintf("kill-after-store-%d", time.Now().UnixNano()),
+		Addr: net.JoinHostPort(c.Host(0).Addrs[0], strconv.Itoa(port))}
+	for r := range n {
+		startRank(t, c, run, r, size, per, env)
+	}
+	return run
+}
+
+func startRank(t *testing.T, c *Cluster, run *Running, r, size, per int, env []string) {
+	rk, err := c.StartProcess(r/per, append(LauncherEnv(r, size, r%per, per, run.Addr, run.Token, IfName(0)), env...),
+		testprogBin, "empty")
+	require.NoError(t, err)
+	rk.Rank = r
+	run.Ranks = append(run.Ranks, rk)
 }
 
 // caught waits until rank's process of run reached a point (reached,
