@@ -21,7 +21,7 @@ RACE_PKGS := ./transport/... ./collectives/... ./fallback/... ./internal/bootstr
 	./internal/world ./internal/sparseplan ./internal/flight ./internal/startup ./internal/topology ./internal/deadline ./internal/apihook \
 	./train ./train/model
 
-.PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults lint fmt fuzz bench bench-cluster bench-train-cluster clean help
+.PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults test-faults-soak test-faults-soak-short lint fmt fuzz bench bench-cluster bench-train-cluster clean help
 .PHONY: lib install deps-python test-bindings
 
 all: build
@@ -31,6 +31,7 @@ help:
 	@echo "make test     lint, unit, race, integration, bindings, emulated-cluster and RDMA (soft-RoCE VM) tests"
 	@echo "make test-cluster  multi-host tests on an emulated cluster (root: network namespaces, tc)"
 	@echo "make test-faults   the full fault-injection suite on the emulated cluster (docs/RELIABILITY.md)"
+	@echo "make test-faults-soak  SOAK_TRIALS (default 1000) kill trials at P = 4 and 8 on this host (docs/RELIABILITY.md)"
 	@echo "make build    build $(BIN)"
 	@echo "make lib      build the C ABI, $(LIBSO) (header include/sparcml.h)"
 	@echo "make install  install the library, header and pkg-config file under PREFIX (default /usr/local)"
@@ -75,7 +76,7 @@ demo: build
 	@echo "== 4 allreduces in flight while each rank computes (non-blocking overlap) =="
 	$(BIN) bench -n 4 --op allreduce --sizes 1M --inflight 4 --compute-mode sleep --iters 5 --warmup 1
 
-test: deps lint test-unit test-race test-integration test-bindings test-cluster test-rdma
+test: deps lint test-unit test-race test-integration test-faults-soak-short test-bindings test-cluster test-rdma
 
 # lint also builds and vets for macOS without cgo: the module must stay
 # usable as a dependency where only TCP works.
@@ -111,6 +112,19 @@ test-faults: build deps-cluster
 	@echo "== fault-injection suite on an emulated cluster (4 hosts at 1 Gbit/s) =="
 	SPARCML_BIN=$(CURDIR)/$(BIN) SPARCML_CLUSTER_FAULT_TRIALS=100 \
 		$(GO) test $(GOFLAGS_TAGS) -count=1 -v -timeout 120m -run 'TestFault' ./test/cluster/
+
+# The kill soak (docs/RELIABILITY.md): SOAK_TRIALS jobs of sparcml bench
+# at P = 4 and 8, started by hand and under sparcml run, one random rank
+# SIGKILLed in each, in Init or in an operation; every survivor must exit
+# non-zero within the bound naming it, and nothing may be left behind.
+# make test runs 50 trials (test-faults-soak-short).
+SOAK_TRIALS ?= 1000
+test-faults-soak: build
+	$(GO) run $(GOFLAGS_TAGS) ./test/soak -bin $(BIN) -trials $(SOAK_TRIALS) -timeout 4h
+
+test-faults-soak-short: build
+	@echo "== kill soak: 50 trials at P = 4 and 8 =="
+	$(GO) run $(GOFLAGS_TAGS) ./test/soak -bin $(BIN) -trials 50 -timeout 20m
 
 FUZZTIME ?= 30s
 fuzz:

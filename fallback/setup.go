@@ -205,7 +205,7 @@ func (m *mesh) dialPeer(ctx context.Context, peer int) error {
 	for index := 0; index < cfg.ConnsPerPeer; index++ {
 		nc, err := m.dialOne(ctx, peer, index, string(addr))
 		if err != nil {
-			return fmt.Errorf("tcp: rank %d: connect to rank %d at %s (connection %d): %w", cfg.Rank, peer, addr, index, err)
+			return fmt.Errorf("tcp: rank %d: connect to rank %d at %s (connection %d): %w", cfg.Rank, peer, addr, index, transport.LostInSetup(peer, err))
 		}
 		m.mu.Lock()
 		m.slots[peer][index] = nc

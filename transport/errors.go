@@ -3,7 +3,9 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -123,4 +125,19 @@ func RankList(ranks []int) string {
 		parts = append(parts, fmt.Sprintf("rank %d", r))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// LostInSetup is err, met while connecting to peer during a transport's
+// set-up, as a *PeerError of kind ErrPeerLost when it says the peer's end
+// is gone (end of stream, reset, broken pipe, refused): the peer most
+// likely died, and Init reports it to the rendezvous store, which names
+// the peer if its store connection ended too. Other errors are returned
+// as they are.
+func LostInSetup(peer int, err error) error {
+	for _, gone := range []error{io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET, syscall.EPIPE, syscall.ECONNREFUSED} {
+		if errors.Is(err, gone) {
+			return &PeerError{Peer: peer, Kind: ErrPeerLost, Err: err}
+		}
+	}
+	return err
 }

@@ -65,7 +65,7 @@ func Authenticate(conn net.Conn, token []byte, client bool, deadline time.Time) 
 				// retransmissions can outlast the deadline.
 				return fmt.Errorf("auth: no proof from the server before the handshake deadline: %w", err)
 			}
-			return fmt.Errorf("%w: server closed the connection (wrong token?): %v", ErrAuth, err)
+			return fmt.Errorf("%w: server closed the connection (wrong token?): %w", ErrAuth, err)
 		}
 		if !hmac.Equal(got, want) {
 			return fmt.Errorf("%w: server's proof does not match the job token", ErrAuth)

@@ -52,7 +52,7 @@ func Connect(ctx context.Context, env Env, log *logging.Logger) (Store, error) {
 		}
 		srv = startServer(ln, env.Size, env.Token, log)
 	}
-	c, err := dialStore(ctx, env, log)
+	c, err := dialStore(ctx, env, rand.Uint64(), log)
 	if err != nil {
 		if srv != nil {
 			srv.stop()
@@ -180,7 +180,7 @@ func (e *permanentError) Unwrap() error { return e.err }
 // dialStore connects to the store at env.Addr, retrying until ctx ends. It
 // gives up a little before ctx's deadline so the caller gets the reason
 // rather than a bare "deadline exceeded".
-func dialStore(ctx context.Context, env Env, log *logging.Logger) (*client, error) {
+func dialStore(ctx context.Context, env Env, process uint64, log *logging.Logger) (*client, error) {
 	start := time.Now()
 	giveUp, hasDeadline := ctx.Deadline()
 	if hasDeadline {
@@ -206,9 +206,10 @@ func dialStore(ctx context.Context, env Env, log *logging.Logger) (*client, erro
 			attemptEnd = giveUp
 		}
 		actx, cancel := context.WithDeadline(ctx, attemptEnd)
-		c, err := dialOnce(actx, env, log)
+		conn, br, err := dialOnce(actx, env, process)
 		cancel()
 		if err == nil {
+			c := newClient(conn, br, env, process, log)
 			if attempt > 1 {
 				log.Infof(logging.Bootstrap, "reached the rendezvous store at %s after %v", env.Addr, roundElapsed(time.Since(start)))
 			}
@@ -246,30 +247,30 @@ func dialStore(ctx context.Context, env Env, log *logging.Logger) (*client, erro
 
 // dialOnce makes one connection attempt: TCP connect, authentication and
 // hello. Failures that retrying cannot fix are *permanentError.
-func dialOnce(ctx context.Context, env Env, log *logging.Logger) (*client, error) {
+func dialOnce(ctx context.Context, env Env, process uint64) (net.Conn, *bufio.Reader, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", env.Addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Closing the connection is the one way to interrupt every step below
 	// when ctx is cancelled.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	br, err := clientHandshake(ctx, conn, env)
+	br, err := clientHandshake(ctx, conn, env, process)
 	interrupted := !stop()
 	if err == nil && !interrupted {
-		return newClient(conn, br, env.Rank, log), nil
+		return conn, br, nil
 	}
 	conn.Close()
 	if interrupted || ctx.Err() != nil {
-		return nil, fmt.Errorf("handshake interrupted: %w", context.Cause(ctx))
+		return nil, nil, fmt.Errorf("handshake interrupted: %w", context.Cause(ctx))
 	}
-	return nil, err
+	return nil, nil, err
 }
 
 // clientHandshake authenticates and says hello; it returns the reader to
 // keep using, which may hold bytes read past the reply.
-func clientHandshake(ctx context.Context, conn net.Conn, env Env) (*bufio.Reader, error) {
+func clientHandshake(ctx context.Context, conn net.Conn, env Env, process uint64) (*bufio.Reader, error) {
 	deadline := time.Now().Add(handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -287,7 +288,7 @@ func clientHandshake(ctx context.Context, conn net.Conn, env Env) (*bufio.Reader
 	conn.SetDeadline(deadline)
 	defer conn.SetDeadline(time.Time{})
 	bw := bufio.NewWriter(conn)
-	h := hello{version: protocolVersion, rank: uint32(env.Rank), size: uint32(env.Size)}
+	h := hello{version: protocolVersion, rank: uint32(env.Rank), size: uint32(env.Size), process: process}
 	if err := writeFrame(bw, frame{op: opHello, id: 1, value: encodeHello(h)}); err != nil {
 		return nil, err
 	}
@@ -316,48 +317,67 @@ func clientHandshake(ctx context.Context, conn net.Conn, env Env) (*bufio.Reader
 
 // client is one rank's connection to the store. Requests carry ids so
 // that concurrent calls share the connection; a reader goroutine hands
-// each reply to the call waiting for it.
+// each reply to the call waiting for it. A connection that ends is
+// redialled (reconnect), and the requests still unanswered are sent
+// again.
 type client struct {
 	rank      int
-	conn      net.Conn
+	env       Env
+	process   uint64 // random; the hello says it, so the store knows a reconnect
 	log       *logging.Logger
 	srv       *server // rank 0 only: stopped by Close
 	closeWait time.Duration
 
 	wmu sync.Mutex // serialises request writes
 	bw  *bufio.Writer
+	gen uint64 // connections made; guarded by wmu
 
 	mu      sync.Mutex
+	conn    net.Conn
 	nextID  uint32
-	pending map[uint32]chan frame
-	err     error // once set, the connection is unusable
+	pending map[uint32]*pendingCall
+	err     error // once set, the client is unusable
 
 	readerDone chan struct{}
 	closeOnce  sync.Once
 	closeErr   error
 }
 
-func newClient(conn net.Conn, br *bufio.Reader, rank int, log *logging.Logger) *client {
+// pendingCall is a request waiting for its reply; gen is the connection
+// it was last sent on.
+type pendingCall struct {
+	f   frame
+	ch  chan frame
+	gen uint64
+}
+
+func newClient(conn net.Conn, br *bufio.Reader, env Env, process uint64, log *logging.Logger) *client {
 	c := &client{
-		rank:       rank,
+		rank:       env.Rank,
+		env:        env,
+		process:    process,
 		conn:       conn,
 		log:        log,
 		closeWait:  defaultCloseWait,
 		bw:         bufio.NewWriter(conn),
+		gen:        1,
 		nextID:     1, // 1 was the hello
-		pending:    make(map[uint32]chan frame),
+		pending:    make(map[uint32]*pendingCall),
 		readerDone: make(chan struct{}),
 	}
 	go c.readReplies(br)
 	return c
 }
 
-// readReplies delivers replies until the connection ends.
+// readReplies delivers replies until the connection ends for good.
 func (c *client) readReplies(br *bufio.Reader) {
 	defer close(c.readerDone)
 	for {
 		f, err := readFrame(br)
 		if err != nil {
+			if br = c.reconnect(err); br != nil {
+				continue
+			}
 			c.fail(fmt.Errorf("%w: %w", errStoreLost, noEOF(err)))
 			return
 		}
@@ -380,23 +400,24 @@ func (c *client) readReplies(br *bufio.Reader) {
 			return
 		}
 		c.mu.Lock()
-		ch := c.pending[f.id]
+		p := c.pending[f.id]
 		delete(c.pending, f.id)
 		c.mu.Unlock()
-		if ch != nil {
-			ch <- f // buffered; a reply for a cancelled call is dropped above
+		if p != nil {
+			p.ch <- f // buffered; a reply for a cancelled call is dropped above
 		}
 	}
 }
 
-// fail makes the connection unusable with err as the reason.
+// fail makes the client unusable with err as the reason.
 func (c *client) fail(err error) {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = err
 	}
+	conn := c.conn
 	c.mu.Unlock()
-	c.conn.Close()
+	conn.Close()
 }
 
 func (c *client) stickyErr() error {
@@ -422,7 +443,7 @@ func (c *client) call(ctx context.Context, f frame) (frame, error) {
 	}
 	f.id = c.nextID
 	ch := make(chan frame, 1)
-	c.pending[f.id] = ch
+	c.pending[f.id] = &pendingCall{f: f, ch: ch}
 	c.mu.Unlock()
 
 	if err := c.send(ctx, f); err != nil {
@@ -456,25 +477,49 @@ func (c *client) forget(id uint32) bool {
 	return ok
 }
 
-// send writes one request. A failed write may leave half a frame on the
-// stream, so it ends the connection.
+// send writes one request, unless reconnect already sent it on this
+// connection. A failed write may leave half a frame on the stream, so it
+// ends the connection; the reader then reconnects and sends the pending
+// requests again, or fails the client.
 func (c *client) send(ctx context.Context, f frame) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.mu.Lock()
+	conn, err := c.conn, c.err
+	p := c.pending[f.id]
+	if f.op == opCancel || f.op == opProgress {
+		p = nil // not waiting for a reply: f.id is not its own
+	}
+	if p != nil {
+		if p.gen == c.gen {
+			c.mu.Unlock()
+			return nil
+		}
+		p.gen = c.gen
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(requestWriteTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	c.conn.SetWriteDeadline(deadline)
-	err := writeFrame(c.bw, f)
-	if err == nil {
-		err = c.bw.Flush()
-	}
-	if err != nil {
-		c.fail(fmt.Errorf("sending %s to the rendezvous store: %w", opName(f.op), err))
-		return c.stickyErr()
+	conn.SetWriteDeadline(deadline)
+	if err := c.write(f); err != nil {
+		conn.Close()
+		if p == nil {
+			return fmt.Errorf("sending %s to the rendezvous store: %w", opName(f.op), err)
+		}
 	}
 	return nil
+}
+
+func (c *client) write(f frame) error {
+	if err := writeFrame(c.bw, f); err != nil {
+		return err
+	}
+	return c.bw.Flush()
 }
 
 func checkKey(key string) error {

@@ -297,12 +297,16 @@ func OnLaunchFailure(st Store, f func(error)) (stop func()) {
 // the ranks still in Init fail at once instead of waiting for
 // SPARCML_INIT_TIMEOUT on connections this rank will never make.
 //
+// When err is a transport's *PeerError for a lost peer, the store
+// checks whether that peer's store connection ended too: if so, the
+// launch fails naming the peer (it died), the cause every rank reports.
+//
 // If the launch had already failed, its first cause is returned as a
 // *LaunchError: this rank's error is then most likely a consequence (a
 // connection to a rank that was already leaving), and the caller names
-// that cause instead. It returns nil when this rank's report became the
-// cause, when err itself came from the store, or when the store cannot
-// be reached within a second.
+// that cause instead; so is the store's loss (rank 0 died). It returns
+// nil when this rank's report became the cause, when err itself came from
+// the store, or when the store does not answer within a second.
 func ReportInitFailure(st Store, err error) *LaunchError {
 	c, ok := st.(*client)
 	if !ok {
@@ -315,11 +319,26 @@ func ReportInitFailure(st Store, err error) *LaunchError {
 	if len(cause) > maxAbortLen {
 		cause = cause[:maxAbortLen] + "..."
 	}
+	if peer, ok := lostPeer(err); ok {
+		return reportPeerLost(c, peer, cause)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, rerr := c.call(ctx, frame{op: opAbort, value: encodeFault(transport.CodeOf(err), cause)})
-	le, _ := asLaunchError(rerr)
-	return le
+	return reportAnswer(rerr)
+}
+
+// reportAnswer is the launch's cause as a failure report's error says it:
+// the launch's failure, or the store lost (rank 0 died: that, not this
+// rank's error, which is likely a consequence, is the cause).
+func reportAnswer(err error) *LaunchError {
+	if le, ok := asLaunchError(err); ok {
+		return le
+	}
+	if errors.Is(err, errStoreLost) {
+		return &LaunchError{Code: transport.CodePeerLost, Cause: err.Error()}
+	}
+	return nil
 }
 
 // abort answers opAbort: the reporting rank's failure, with its code,

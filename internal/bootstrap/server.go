@@ -60,6 +60,10 @@ type server struct {
 	open     map[net.Conn]struct{}
 	ranks    []*serverConn // the connection of each rank, nil if none
 	state    []rankState
+	ready    []bool                // the rank's transport is up (opReady)
+	nReady   int                   // ranks ready
+	awaiting []waiter              // opReady requests waiting for the others
+	losses   []uint64              // how often the rank's connection ended without a goodbye
 	changed  chan struct{}         // closed and replaced whenever state changes
 	fault    string                // why the launch failed; "" while it has not
 	progress map[int]progressEntry // each rank's latest progress record
@@ -78,6 +82,7 @@ type serverConn struct {
 	conn    net.Conn
 	br      *bufio.Reader
 	rank    int
+	process uint64 // the hello's process id
 	out     *outQueue
 	gets    map[uint32]string // waiting Get id -> key; guarded by server.mu
 	saidBye bool              // only touched by the connection's reader
@@ -105,6 +110,8 @@ func newServer(size int, token []byte, log *logging.Logger) *server {
 		open:       make(map[net.Conn]struct{}),
 		ranks:      make([]*serverConn, size),
 		state:      make([]rankState, size),
+		ready:      make([]bool, size),
+		losses:     make([]uint64, size),
 		changed:    make(chan struct{}),
 		progress:   make(map[int]progressEntry),
 	}
@@ -205,8 +212,11 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 		return nil, strangerError{err}
 	}
 	if err := Authenticate(conn, s.token, false, deadline); err != nil {
-		if errors.Is(err, ErrAuth) {
+		switch {
+		case errors.Is(err, ErrAuth):
 			go s.wrongToken(claimed)
+		case isCutShort(err):
+			s.cutShort(claimed)
 		}
 		return nil, strangerError{fmt.Errorf("claiming rank %d: %w", claimed, err)}
 	}
@@ -214,6 +224,9 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 	br := bufio.NewReader(conn)
 	f, err := readFrame(br)
 	if err != nil {
+		if isCutShort(err) {
+			s.cutShort(claimed)
+		}
 		return nil, fmt.Errorf("reading hello: %w", noEOF(err))
 	}
 	if f.op != opHello {
@@ -223,7 +236,7 @@ func (s *server) handshake(conn net.Conn) (*serverConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &serverConn{conn: conn, br: br, rank: int(h.rank), out: newOutQueue(), gets: make(map[uint32]string)}
+	c := &serverConn{conn: conn, br: br, rank: int(h.rank), process: h.process, out: newOutQueue(), gets: make(map[uint32]string)}
 	refusal, fatal := s.register(c, h)
 	if fatal {
 		refusal = s.failLaunch(transport.CodeInvalid, refusal, nil)
@@ -271,6 +284,10 @@ func (s *server) register(c *serverConn, h hello) (refusal string, fatal bool) {
 		return fmt.Sprintf("rank %d is outside [0,%d)", h.rank, s.size), incomplete
 	case s.stopping:
 		return "the store is shutting down", false
+	case s.ranks[h.rank] != nil && s.ranks[h.rank].process == h.process:
+		// The same process reconnecting before its old connection
+		// ended here (client.reconnect): the new one replaces it.
+		s.ranks[h.rank].conn.Close()
 	case s.ranks[h.rank] != nil:
 		return fmt.Sprintf("rank %d is already connected from %v, and connected again from %v (two processes with the same rank?)",
 			h.rank, s.ranks[h.rank].conn.RemoteAddr(), c.conn.RemoteAddr()), incomplete
@@ -359,6 +376,10 @@ func (s *server) dispatch(c *serverConn, f frame) error {
 		s.queryProgress(c, f.id)
 	case opAbort:
 		return s.abort(c, f)
+	case opReady:
+		s.setReady(c, f.id)
+	case opPeerLost:
+		return s.peerLost(c, f)
 	case opBye:
 		c.saidBye = true
 		s.mu.Lock()
@@ -459,6 +480,7 @@ func (s *server) unregister(c *serverConn) {
 		s.ranks[c.rank] = nil
 		if s.state[c.rank] != rankFinished {
 			s.setStateLocked(c.rank, rankLost)
+			s.lostLocked(c.rank)
 		}
 	}
 }

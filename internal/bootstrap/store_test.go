@@ -92,7 +92,7 @@ func testEnv(addr string, rank, size int, token string) Env {
 }
 
 // testServer serves a store for size ranks on a fresh loopback port.
-func testServer(t *testing.T, size int, token string, logs *logBuffer) (*server, string) {
+func testServer(t testing.TB, size int, token string, logs *logBuffer) (*server, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -103,7 +103,7 @@ func testServer(t *testing.T, size int, token string, logs *logBuffer) (*server,
 	return s, ln.Addr().String()
 }
 
-func testContext(t *testing.T, d time.Duration) context.Context {
+func testContext(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -111,9 +111,9 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 
 // mustDial connects a client to a test server without starting another
 // server, whatever the rank.
-func mustDial(t *testing.T, ctx context.Context, env Env, logs *logBuffer) Store {
+func mustDial(t testing.TB, ctx context.Context, env Env, logs *logBuffer) Store {
 	t.Helper()
-	c, err := dialStore(ctx, env, logs.logger())
+	c, err := dialStore(ctx, env, rand.Uint64(), logs.logger())
 	if err != nil {
 		t.Fatalf("rank %d: dial: %v", env.Rank, err)
 	}
@@ -482,7 +482,7 @@ func TestStoreLaunchFaults(t *testing.T) {
 			bad := tc.bad
 			bad.Addr = addr
 			start := time.Now()
-			if _, err := dialStore(ctx, bad, nil); err == nil {
+			if _, err := dialStore(ctx, bad, rand.Uint64(), nil); err == nil {
 				t.Fatal("the bad rank was admitted")
 			}
 			for range waiting {
@@ -495,7 +495,7 @@ func TestStoreLaunchFaults(t *testing.T) {
 			if el := time.Since(start); el > 5*time.Second {
 				t.Errorf("the waiting ranks failed %v after the bad rank came, want within 5 s", el)
 			}
-			_, err := dialStore(ctx, testEnv(addr, 3, 4, "tok"), nil)
+			_, err := dialStore(ctx, testEnv(addr, 3, 4, "tok"), rand.Uint64(), nil)
 			if _, ok := asLaunchError(err); !ok {
 				t.Errorf("a rank after the failure = %v, want the LaunchError", err)
 			}
@@ -514,7 +514,7 @@ func TestStoreWrongTokenThenRealRank(t *testing.T) {
 	s, addr := testServer(t, 2, "tok", &logs)
 	zero := mustDial(t, ctx, testEnv(addr, 0, 2, "tok"), &logs)
 	defer zero.Close()
-	if _, err := dialStore(ctx, testEnv(addr, 1, 2, "wrong"), nil); !errors.Is(err, ErrAuth) {
+	if _, err := dialStore(ctx, testEnv(addr, 1, 2, "wrong"), rand.Uint64(), nil); !errors.Is(err, ErrAuth) {
 		t.Fatalf("wrong token = %v, want ErrAuth", err)
 	}
 	one := mustDial(t, ctx, testEnv(addr, 1, 2, "tok"), &logs)
@@ -548,7 +548,7 @@ func TestLaunchStatusLostRank(t *testing.T) {
 	if err := one.Close(); err != nil {
 		t.Fatal(err)
 	}
-	two.(*client).conn.Close() // no goodbye, as when the process dies
+	die(two) // no goodbye, as when the process dies
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		missing, lost, err := LaunchStatus(ctx, zero)
@@ -728,7 +728,7 @@ func TestStoreRankDisconnectIsLogged(t *testing.T) {
 	var logs logBuffer
 	srv, addr := testServer(t, 2, "tok", &logs)
 	c := mustDial(t, ctx, testEnv(addr, 1, 2, "tok"), &logs)
-	c.(*client).conn.Close() // vanish without goodbye
+	die(c) // vanish without goodbye
 	waitFor(t, 5*time.Second, "the disconnect to be logged", func() bool {
 		return logs.contains("rank 1 disconnected without saying goodbye")
 	})
@@ -897,3 +897,7 @@ func TestStoreProgress(t *testing.T) {
 		t.Error("an oversized record was accepted")
 	}
 }
+
+// die ends st's connection without a goodbye and without reconnecting,
+// as the death of its process does.
+func die(st Store) { st.(*client).fail(errors.New("killed")) }

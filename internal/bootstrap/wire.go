@@ -32,12 +32,12 @@ const (
 const (
 	frameHeaderLen  = 11
 	protocolVersion = 5
-	helloLen        = 2 + 4 + 4
+	helloLen        = 2 + 4 + 4 + 8
 )
 
 // Operations. Requests go from client to server, replies the other way.
 const (
-	opHello  byte = 1 // value: version uint16, rank uint32, size uint32
+	opHello  byte = 1 // value: version uint16, rank uint32, size uint32, process uint64
 	opSet    byte = 2 // key, value
 	opGet    byte = 3 // key; reply waits until the key is set
 	opCancel byte = 4 // id: the Get to forget; no reply
@@ -50,6 +50,15 @@ const (
 	// opAbort: value, why this rank's Init failed (encodeFault); the
 	// store fails the launch with it (launch.go).
 	opAbort byte = 9
+	// opReady: this rank's transport is up; its store connection ending
+	// from now on does not fail the launch. Reply: opOK once every rank
+	// is ready.
+	opReady byte = 10
+	// opPeerLost: value, the rank (uint32) whose connection this rank's
+	// Init lost, then the error; the store fails the launch naming that
+	// rank if its store connection ends too (launch.go). Reply: opOK, or
+	// opFault with the launch's cause.
+	opPeerLost byte = 11
 
 	opOK    byte = 0x81
 	opValue byte = 0x82 // value
@@ -70,7 +79,7 @@ type frame struct {
 
 func knownOp(op byte) bool {
 	switch op {
-	case opHello, opSet, opGet, opCancel, opBye, opStatus, opProgress, opProgressQuery, opAbort, opOK, opValue, opErr, opFault:
+	case opHello, opSet, opGet, opCancel, opBye, opStatus, opProgress, opProgressQuery, opAbort, opReady, opPeerLost, opOK, opValue, opErr, opFault:
 		return true
 	}
 	return false
@@ -102,6 +111,10 @@ func opName(op byte) string {
 		return "progress query"
 	case opAbort:
 		return "abort"
+	case opReady:
+		return "ready"
+	case opPeerLost:
+		return "peer lost"
 	case opFault:
 		return "fault"
 	}
@@ -186,9 +199,13 @@ func noEOF(err error) error {
 	return err
 }
 
+// hello opens a store connection. process is random per process: a
+// connection from the same rank and process replaces the old one (the
+// client reconnecting), from another process it is a duplicate rank.
 type hello struct {
 	version    uint16
 	rank, size uint32
+	process    uint64
 }
 
 func encodeHello(h hello) []byte {
@@ -196,6 +213,7 @@ func encodeHello(h hello) []byte {
 	binary.BigEndian.PutUint16(b, h.version)
 	binary.BigEndian.PutUint32(b[2:], h.rank)
 	binary.BigEndian.PutUint32(b[6:], h.size)
+	binary.BigEndian.PutUint64(b[10:], h.process)
 	return b
 }
 
@@ -207,5 +225,6 @@ func decodeHello(b []byte) (hello, error) {
 		version: binary.BigEndian.Uint16(b),
 		rank:    binary.BigEndian.Uint32(b[2:]),
 		size:    binary.BigEndian.Uint32(b[6:]),
+		process: binary.BigEndian.Uint64(b[10:]),
 	}, nil
 }

@@ -25,7 +25,7 @@ func encodeFrames(t testing.TB, frames ...frame) []byte {
 
 func TestFrameRoundTrip(t *testing.T) {
 	frames := []frame{
-		{op: opHello, id: 1, value: encodeHello(hello{version: 1, rank: 3, size: 8})},
+		{op: opHello, id: 1, value: encodeHello(hello{version: 1, rank: 3, size: 8, process: 9})},
 		{op: opSet, id: 2, key: "addr/3", value: []byte("10.0.0.3:4000")},
 		{op: opGet, id: 0xffffffff, key: strings.Repeat("k", MaxKeyLen)},
 		{op: opCancel, id: 7},
@@ -56,7 +56,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		}
 	}
 	h, err := decodeHello(frames[0].value)
-	if err != nil || h != (hello{version: 1, rank: 3, size: 8}) {
+	if err != nil || h != (hello{version: 1, rank: 3, size: 8, process: 9}) {
 		t.Fatalf("hello: %+v, %v", h, err)
 	}
 }
@@ -96,7 +96,7 @@ func TestReadFrameRejects(t *testing.T) {
 // must encode back to exactly the bytes it came from.
 func FuzzReadFrame(f *testing.F) {
 	f.Add(encodeFrames(f, frame{op: opSet, id: 9, key: "a", value: []byte("b")}))
-	f.Add(encodeFrames(f, frame{op: opHello, id: 1, value: encodeHello(hello{1, 2, 3})}, frame{op: opBye, id: 2}))
+	f.Add(encodeFrames(f, frame{op: opHello, id: 1, value: encodeHello(hello{1, 2, 3, 4})}, frame{op: opBye, id: 2}))
 	f.Add([]byte{opGet, 0, 0, 0, 1, 0xff, 0xff, 0, 0, 0, 0})
 	f.Add([]byte{opValue, 0, 0, 0, 1, 0, 0, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{})

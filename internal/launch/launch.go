@@ -175,6 +175,10 @@ func (j *job) wait(ctx context.Context) error {
 		select {
 		case e := <-j.exited:
 			left--
+			if e.err != nil && first != nil && j.cfg.KeepGoing && !stopping {
+				// Each rank's own end, for jobs that go on without one.
+				fmt.Fprintf(j.cfg.Stderr, "sparcml run: rank %d %v\n", e.rank, describeExit(e.err))
+			}
 			if e.err != nil && first == nil && !stopping {
 				first = &RankError{Rank: e.rank, Err: describeExit(e.err), Code: exitCode(e.err)}
 				if j.cfg.KeepGoing {

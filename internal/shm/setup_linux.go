@@ -181,11 +181,11 @@ func (t *Transport) dial(ctx context.Context, p *peer, fd int, reserve *sync.Mut
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			hint = fmt.Sprintf(" (no such socket in this network namespace: is rank %d on another host, or in another namespace?)", p.rank)
 		}
-		return fmt.Errorf("shm: rank %d: connecting to rank %d at %s: %w%s", t.rank, p.rank, name, err, hint)
+		return fmt.Errorf("shm: rank %d: connecting to rank %d at %s: %w%s", t.rank, p.rank, name, transport.LostInSetup(p.rank, err), hint)
 	}
 	if err := t.handshake(ctx, c.(*net.UnixConn), p, fd, reserve); err != nil {
 		c.Close()
-		return fmt.Errorf("shm: rank %d: connecting to rank %d: %w", t.rank, p.rank, err)
+		return fmt.Errorf("shm: rank %d: connecting to rank %d: %w", t.rank, p.rank, transport.LostInSetup(p.rank, err))
 	}
 	return nil
 }

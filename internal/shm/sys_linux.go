@@ -10,6 +10,7 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -234,7 +235,8 @@ func readWithFD(c *net.UnixConn, b []byte) (int, error) {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return -1, fmt.Errorf("short hello (%d of %d bytes, descriptor %v)", got, len(b), fd >= 0)
+		// The peer closed (or died) before a whole hello arrived.
+		return -1, fmt.Errorf("short hello (%d of %d bytes, descriptor %v): %w", got, len(b), fd >= 0, io.ErrUnexpectedEOF)
 	}
 	return fd, nil
 }

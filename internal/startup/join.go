@@ -100,6 +100,13 @@ func Join(ctx context.Context, o Options, s *config.Settings, initTimeout time.D
 	}
 	t, err := ConnectTransport(ctx, o, s, env, store, topo, log)
 	stopWatch()
+	if err == nil {
+		// A death during another rank's set-up is the launch's failure:
+		// wait for every set-up, so this rank names it too.
+		if err = bootstrap.AwaitReady(ctx, store); err != nil {
+			t.Close()
+		}
+	}
 	if err != nil {
 		return nil, FailInit(ctx, err, env.Rank, store, initTimeout)
 	}
