@@ -54,9 +54,10 @@ func (g *group) Recv(peer int, tag transport.Tag, desc transport.Desc, buf []byt
 	return g.Transport.Recv(g.members[peer], tag, desc, buf)
 }
 
-// Caps announces nothing: a view of some ranks cannot fail the parent on
-// their behalf, and its algorithms keep the collectives' segment size.
-func (g *group) Caps() transport.Capabilities { return transport.Capabilities{} }
+// Caps is the parent's scheduling only (transport.ViewCaps): a view of
+// some ranks cannot fail the parent on their behalf, and its algorithms
+// keep the collectives' segment size.
+func (g *group) Caps() transport.Capabilities { return transport.ViewCaps(g.Transport) }
 
 // Close does nothing: the parent's owner closes it.
 func (g *group) Close() error { return nil }
@@ -77,7 +78,3 @@ func subOpFixed(op *Op, members []int, base uint32) *Op {
 	sub.T.(*group).fixed = &desc
 	return sub
 }
-
-// Unwrap returns the parent transport (transport.Unwrapper), where
-// transport.Go finds a simulator's goroutines.
-func (g *group) Unwrap() transport.Transport { return g.Transport }

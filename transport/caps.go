@@ -53,4 +53,38 @@ type Capabilities struct {
 	// graceful Close is not a loss and does not call lost. Call Survive
 	// before any operation.
 	Survive func(lost func(peer int, err error))
+
+	// The scheduling fields are for a transport that runs a rank's
+	// goroutines itself: the simulator (transport/sim) runs one goroutine
+	// of the whole job at a time, in virtual time, and must know every
+	// goroutine of a rank and every wait between them, or a goroutine
+	// blocked on a Go channel would hold up the job. Code inside a
+	// collective reaches them only through the functions Go, NewSignal
+	// and Work of this package, which fall back on plain goroutines,
+	// plain requests and no accounting when they are nil: the same code
+	// runs on TCP and in the simulator. A view of a transport passes them
+	// through (ViewCaps).
+
+	// Go, if not nil, starts fn as a goroutine of this rank and returns a
+	// request that completes when fn returns.
+	Go func(fn func()) *Request
+
+	// NewSignal, if not nil, returns a pending request that a goroutine
+	// of this rank completes (Request.Complete) for another to wait on.
+	NewSignal func() *Request
+
+	// Work, if not nil, prices computation in the transport's own time:
+	// the calling goroutine just ran kernel k over bytes bytes.
+	Work func(k Kernel, bytes int)
+}
+
+// ViewCaps is what a view of parent reports (a communicator's group of
+// ranks, a derived communicator's transport, a counter of one
+// operation's bytes): parent's scheduling fields (Go, NewSignal, Work),
+// which its code must use to run on parent's scheduler, and no failure
+// capability, since a view cannot fail the parent on its ranks' behalf,
+// nor a segment size (the view's algorithms keep the collectives' own).
+func ViewCaps(parent Transport) Capabilities {
+	c := parent.Caps()
+	return Capabilities{Go: c.Go, NewSignal: c.NewSignal, Work: c.Work}
 }

@@ -34,9 +34,10 @@ type CountingTransport struct {
 	sent atomic.Uint64
 }
 
-// Caps announces nothing: the counter wraps the transport for one
-// operation and passes on its Send, not its capabilities.
-func (t *CountingTransport) Caps() transport.Capabilities { return transport.Capabilities{} }
+// Caps is the wrapped transport's scheduling only (transport.ViewCaps):
+// the counter wraps the transport for one operation and passes on its
+// Send, not its failure capabilities.
+func (t *CountingTransport) Caps() transport.Capabilities { return transport.ViewCaps(t.Transport) }
 
 // Sent is the payload bytes sent so far.
 func (t *CountingTransport) Sent() uint64 { return t.sent.Load() }

@@ -62,9 +62,10 @@ func (s *SubTransport) Abort(err error)        { s.root.Abort(err) }
 func (s *SubTransport) Err() error             { return s.root.Err() }
 func (s *SubTransport) Stats() transport.Stats { return s.root.Stats() }
 
-// Caps announces nothing: a derived communicator fails an operation on
-// this rank alone through the job's transport (FailOpLocal).
-func (s *SubTransport) Caps() transport.Capabilities { return transport.Capabilities{} }
+// Caps is the job's transport's scheduling only (transport.ViewCaps): a
+// derived communicator fails an operation on this rank alone through the
+// job's transport (FailOpLocal).
+func (s *SubTransport) Caps() transport.Capabilities { return transport.ViewCaps(s.root) }
 
 // Close releases nothing: the job's communicator owns the connections.
 func (s *SubTransport) Close() error { return nil }

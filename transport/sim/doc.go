@@ -18,8 +18,8 @@
 // them: a goroutine blocked on a Go channel, unseen, would keep the world.
 // The collectives start their goroutines and hand work between them
 // through transport.Go and transport.NewSignal (the hierarchical chunk
-// pipeline does), which this transport implements (transport.Goroutines)
-// and which are plain goroutines and requests on every other transport, so
+// pipeline does), which this transport provides (Capabilities.Go and
+// NewSignal) and which are plain goroutines and requests on every other transport, so
 // the code is the same on TCP and here.
 //
 // The alternative, LogGOPSim's record-then-replay (run over the in-memory

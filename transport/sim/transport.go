@@ -21,15 +21,11 @@ type Transport struct {
 	caps   transport.Capabilities // Caps, made once (see transport.Capabilities)
 }
 
-var (
-	_ transport.Transport  = (*Transport)(nil)
-	_ transport.Goroutines = (*Transport)(nil)
-	_ transport.Worker     = (*Transport)(nil)
-)
+var _ transport.Transport = (*Transport)(nil)
 
-// Work implements transport.Worker: with ComputeModel the calling
-// goroutine is charged bytes at the kernel's rate.
-func (t *Transport) Work(k transport.Kernel, bytes int) {
+// work is Capabilities.Work: with ComputeModel the calling goroutine is
+// charged bytes at the kernel's rate.
+func (t *Transport) work(k transport.Kernel, bytes int) {
 	w := t.w
 	if w.compute.Mode != ComputeModel || w.cur == nil {
 		return
@@ -46,16 +42,17 @@ func (t *Transport) Rank() int    { return t.rank }
 func (t *Transport) Size() int    { return len(t.w.ranks) }
 
 // Caps implements transport.Transport: the segment size is
-// Config.SegmentBytes; the simulated network has no failure model beyond
+// Config.SegmentBytes; Go, NewSignal and Work run on the world's
+// scheduler and clock; the simulated network has no failure model beyond
 // the contract (no Failed channel, FailLocal, FailOpLocal or Survive).
 func (t *Transport) Caps() transport.Capabilities { return t.caps }
 
-// Go implements transport.Goroutines: fn runs as a goroutine of this rank
-// under the world's scheduler.
-func (t *Transport) Go(fn func()) *transport.Request { return t.w.spawn(t.rank, fn) }
+// goFn is Capabilities.Go: fn runs as a goroutine of this rank under the
+// world's scheduler.
+func (t *Transport) goFn(fn func()) *transport.Request { return t.w.spawn(t.rank, fn) }
 
-// NewSignal implements transport.Goroutines.
-func (t *Transport) NewSignal() *transport.Request {
+// newSignal is Capabilities.NewSignal: a request of the world's scheduler.
+func (t *Transport) newSignal() *transport.Request {
 	return t.w.newRequest(-1, transport.Tag{}, false)
 }
 

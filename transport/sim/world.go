@@ -124,8 +124,9 @@ func New(cfg Config) (*World, error) {
 	w := &World{cfg: cfg, net: newNetwork(cfg), waiting: make(map[*transport.Request]waiter),
 		idle: make(chan struct{}, 1), compute: cfg.Compute}
 	for r := range cfg.Ranks {
-		w.ranks = append(w.ranks, &Transport{w: w, rank: r, m: transport.NewMatcher(r, 0),
-			caps: transport.Capabilities{SegmentBytes: cfg.SegmentBytes}})
+		t := &Transport{w: w, rank: r, m: transport.NewMatcher(r, 0)}
+		t.caps = transport.Capabilities{SegmentBytes: cfg.SegmentBytes, Go: t.goFn, NewSignal: t.newSignal, Work: t.work}
+		w.ranks = append(w.ranks, t)
 	}
 	return w, nil
 }
