@@ -44,7 +44,7 @@ func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
 	fs.StringVar(&v.sizes, "sizes", "1M", "element counts (float32): MIN:MAX (doubling) or a comma list; K, M, G suffixes (x1024)")
 	fs.StringVar(&v.density, "density", "0.01", "sparse ops: fraction(s) of nonzeros per rank, e.g. 0.01,0.1 or 1%")
 	fs.StringVar(&cfg.dist, "dist", "uniform", "sparse ops: index distribution uniform|powerlaw")
-	fs.StringVar(&v.algo, "algo", "auto", "comma list of algorithms, or all (auto and every forced algorithm of --op); dense: auto|ring|rabenseifner|recursive-doubling|hierarchical; sparse: auto|ssar-rd|ssar-split|dsar|allgather")
+	fs.StringVar(&v.algo, "algo", "auto", "comma list of algorithms, or all (auto and every forced algorithm of --op that applies to --topology); dense: auto|ring|rabenseifner|recursive-doubling|hierarchical; sparse: auto|ssar-rd|ssar-split|dsar|allgather")
 	fs.StringVar(&v.quant, "quant", "none", "sparse-allreduce value encoding: none|fp16|bf16|q8|q4|q2")
 	fs.StringVar(&v.indices, "indices", "auto", "sparse-allreduce with exact values: indices on the wire auto (the cost model's choice)|raw|packed")
 	fs.BoolVar(&cfg.check, "check", false, "check every rank's result against the sum computed locally from every rank's seeded input")
@@ -100,9 +100,6 @@ func parseSimFlags(args []string) (*simConfig, error) {
 	if cfg.densities, err = parseDensities(v.density); err != nil {
 		return nil, usagef("--density: %v", err)
 	}
-	if cfg.algos, err = parseSimAlgos(v.algo, op.Algos()); err != nil {
-		return nil, err
-	}
 	if cfg.quant, err = quant.ParseKind(v.quant); err != nil {
 		return nil, usagef("--quant: %v", err)
 	}
@@ -124,6 +121,9 @@ func parseSimFlags(args []string) (*simConfig, error) {
 	if m.Topology, err = sim.ParseTopology(v.topology); err != nil {
 		return nil, usagef("--topology: %v", err)
 	}
+	if cfg.algos, err = parseSimAlgos(v.algo, op.Algos(m.Topology)); err != nil {
+		return nil, err
+	}
 	if m.Compute.Mode, err = sim.ParseComputeMode(v.compute); err != nil {
 		return nil, usagef("--compute: %v", err)
 	}
@@ -143,7 +143,8 @@ func parseSimFlags(args []string) (*simConfig, error) {
 	return cfg, nil
 }
 
-// parseSimAlgos parses --algo against the op's algorithms.
+// parseSimAlgos parses --algo against the op's algorithms on the
+// simulated topology (all: those that apply to it).
 func parseSimAlgos(s string, valid []collectives.Algo) ([]collectives.Algo, error) {
 	if s == "all" {
 		return valid, nil
@@ -152,7 +153,7 @@ func parseSimAlgos(s string, valid []collectives.Algo) ([]collectives.Algo, erro
 	for _, name := range strings.Split(s, ",") {
 		a, err := collectives.ParseAlgo(strings.TrimSpace(name))
 		if err != nil || !slices.Contains(valid, a) {
-			return nil, usagef("--algo %q: not an algorithm of this op", name)
+			return nil, usagef("--algo %q: not an algorithm of this op on this topology (hierarchical needs --topology hosts or fattree)", name)
 		}
 		if slices.Contains(algos, a) {
 			return nil, usagef("--algo names %s twice", name)

@@ -76,3 +76,30 @@ func TestSimPlot(t *testing.T) {
 		t.Errorf("%d lines, want 2", n)
 	}
 }
+
+// TestSimAlgoAllSkipsWhatDoesNotApply: --algo all runs on a flat topology
+// without the hierarchical allreduce, which needs hosts, and with it on
+// hosts; naming it on a flat topology is a usage error.
+func TestSimAlgoAllSkipsWhatDoesNotApply(t *testing.T) {
+	for _, c := range []struct {
+		topology string
+		want     bool
+	}{{"flat", false}, {"hosts", true}} {
+		out := string(runSimCmd(t, "-n", "8", "--sizes", "4K", "--algo", "all", "--check", "--topology", c.topology,
+			"--ranks-per-host", "4", "--format", "csv"))
+		if got := strings.Contains(out, "hierarchical"); got != c.want {
+			t.Errorf("--topology %s: hierarchical in the output %v, want %v:\n%s", c.topology, got, c.want, out)
+		}
+		for _, algo := range []string{"ring", "rabenseifner", "recursive-doubling"} {
+			if !strings.Contains(out, algo) {
+				t.Errorf("--topology %s: no row of %s:\n%s", c.topology, algo, out)
+			}
+		}
+		if strings.Contains(out, "FAIL") {
+			t.Errorf("--topology %s: a wrong result:\n%s", c.topology, out)
+		}
+	}
+	if _, err := parseSimFlags([]string{"--algo", "hierarchical", "--topology", "flat"}); err == nil {
+		t.Error("--algo hierarchical on a flat topology was accepted")
+	}
+}

@@ -4,15 +4,20 @@ import (
 	"fmt"
 
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/transport/sim"
 )
 
 // denseAllreduce is the dense allreduce of float32 vectors whose values
 // are small integers, so that every summation order gives the exact sum.
 type denseAllreduce struct{}
 
-func (denseAllreduce) Algos() []collectives.Algo {
-	return []collectives.Algo{collectives.AlgoAuto, collectives.AlgoRing, collectives.AlgoRabenseifner,
-		collectives.AlgoRecursiveDoubling, collectives.AlgoHierarchical}
+func (denseAllreduce) Algos(topology sim.Topology) []collectives.Algo {
+	algos := []collectives.Algo{collectives.AlgoAuto, collectives.AlgoRing, collectives.AlgoRabenseifner,
+		collectives.AlgoRecursiveDoubling}
+	if topology != sim.Flat {
+		algos = append(algos, collectives.AlgoHierarchical)
+	}
+	return algos
 }
 
 type denseInstance struct {

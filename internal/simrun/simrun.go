@@ -31,8 +31,9 @@ type Case struct {
 
 // Op is a collective `sparcml sim` can run.
 type Op interface {
-	// Algos are the algorithms it accepts, AlgoAuto first.
-	Algos() []collectives.Algo
+	// Algos are the algorithms it accepts on topology, AlgoAuto first
+	// (the hierarchical ones need hosts: not on sim.Flat).
+	Algos(topology sim.Topology) []collectives.Algo
 	// Prepare makes every rank's input for c on p ranks.
 	Prepare(c Case, p int) (Instance, error)
 }

@@ -22,7 +22,7 @@ func TestEveryAlgorithmAt64(t *testing.T) {
 	cfg := defaultMachine(64)
 	cfg.Topology, cfg.RanksPerHost = sim.Hosts, 8
 	for _, name := range OpNames() {
-		for _, a := range Ops[name].Algos() {
+		for _, a := range Ops[name].Algos(cfg.Topology) {
 			for _, dist := range []string{"uniform", "powerlaw"} {
 				if name == "allreduce" && dist == "powerlaw" {
 					continue
@@ -49,7 +49,7 @@ func TestSparseBytesAt512(t *testing.T) {
 	if testing.Short() {
 		t.Skip("512 ranks")
 	}
-	for _, a := range Ops["sparse-allreduce"].Algos()[1:] {
+	for _, a := range Ops["sparse-allreduce"].Algos(sim.Flat)[1:] {
 		c := Case{Op: "sparse-allreduce", N: 1 << 16, Density: 0.001, Dist: "uniform", Algo: a, Seed: 5, Model: collectives.DefaultCostModel,
 			Indices: collectives.IndexRaw}
 		res := simulate(t, defaultMachine(512), c)

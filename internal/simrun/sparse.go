@@ -6,13 +6,14 @@ import (
 
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport/sim"
 )
 
 // sparseAllreduce is SparseAllreduce of float32 vectors of seeded
 // supports (uniform or power-law) and small integer values.
 type sparseAllreduce struct{}
 
-func (sparseAllreduce) Algos() []collectives.Algo {
+func (sparseAllreduce) Algos(sim.Topology) []collectives.Algo {
 	return []collectives.Algo{collectives.AlgoAuto, collectives.AlgoSSARRecursiveDoubling,
 		collectives.AlgoSSARSplitAllgather, collectives.AlgoDSAR, collectives.AlgoSparseAllgather}
 }
