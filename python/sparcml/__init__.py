@@ -22,8 +22,19 @@ set to the library's path). sparcml.torch holds PyTorch's DDP hooks.
 from ._comm import Comm, init
 from ._compressor import Compressor
 from ._request import Request
-from .errors import (Aborted, Closed, Error, InitError, InternalError, InvalidArgument, Mismatch,
-                     NotDone, OutOfMemory, PeerLost, Timeout)
+from .errors import (
+    Aborted,
+    Closed,
+    Error,
+    InitError,
+    InternalError,
+    InvalidArgument,
+    Mismatch,
+    NotDone,
+    OutOfMemory,
+    PeerLost,
+    Timeout,
+)
 
 __all__ = [
     "init", "Comm", "Request", "Compressor", "library_version",

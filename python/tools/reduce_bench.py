@@ -13,11 +13,10 @@ import json
 import time
 
 import numpy as np
-import torch
-import torch.distributed as dist
-
 import sparcml
 import sparcml.torch as st
+import torch
+import torch.distributed as dist
 
 
 def main():

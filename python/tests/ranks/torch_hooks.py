@@ -1,6 +1,6 @@
 """Tests of sparcml.torch, run on every rank:
 
-    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/test_torch.py
+    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/ranks/torch_hooks.py
 
 DDP with allreduce_hook against DDP's default (gloo) reduction and against
 one process training on the whole batch; topk_hook at density 1 against the
@@ -11,14 +11,13 @@ dense sum of every rank's embedding gradient, computed here.
 import copy
 
 import numpy as np
+import sparcml
+import sparcml.torch as st
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-import sparcml
-import sparcml.torch as st
 from harness import expect_raises, run
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 torch.set_num_threads(1)
 STEPS, BATCH = 6, 8

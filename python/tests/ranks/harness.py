@@ -15,7 +15,6 @@ import traceback
 import zlib
 
 import numpy as np
-
 import sparcml
 
 

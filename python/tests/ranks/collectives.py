@@ -1,6 +1,6 @@
 """Tests of the sparcml Python package, run on every rank:
 
-    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/test_sparcml.py
+    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/ranks/collectives.py
 
 with PYTHONPATH=python (make test-bindings does this). Every result is
 checked against the reference computed here from every rank's seeded
@@ -11,7 +11,6 @@ import os
 import time
 
 import numpy as np
-
 import sparcml
 from harness import check_usable, expect_raises, rng, run, small_ints
 
