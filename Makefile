@@ -160,19 +160,20 @@ lib: deps
 	@mkdir -p $(LIBDIR)
 	@capi/exports.sh include/sparcml.h > $(LIBDIR)/sparcml.map
 	$(GO) build $(GOFLAGS_TAGS) -buildmode=c-shared \
-		-ldflags '-extldflags "-Wl,--version-script=$(CURDIR)/$(LIBDIR)/sparcml.map -Wl,-soname,libsparcml.so.$(ABI_MAJOR)"' \
+		-ldflags '-X main.version=$(VERSION) -extldflags "-Wl,--version-script=$(CURDIR)/$(LIBDIR)/sparcml.map -Wl,-soname,libsparcml.so.$(ABI_MAJOR)"' \
 		-o $(LIBSO) ./capi
 	@rm -f $(LIBDIR)/libsparcml.h # cgo's own header: the ABI is include/sparcml.h
 	@ln -sf libsparcml.so $(LIBDIR)/libsparcml.so.$(ABI_MAJOR)
 
 install: lib
 	$(eval P := $(abspath $(DESTDIR)$(PREFIX)))
-	install -d $(P)/lib/pkgconfig $(P)/include $(P)/lib/python3/dist-packages/sparcml
+	install -d $(P)/lib/pkgconfig $(P)/include $(P)/lib/python3/dist-packages/sparcml/torch
 	install -m 0755 $(LIBSO) $(P)/lib/libsparcml.so.$(ABI_MAJOR).$(ABI_MINOR)
 	ln -sf libsparcml.so.$(ABI_MAJOR).$(ABI_MINOR) $(P)/lib/libsparcml.so.$(ABI_MAJOR)
 	ln -sf libsparcml.so.$(ABI_MAJOR) $(P)/lib/libsparcml.so
 	install -m 0644 include/sparcml.h $(P)/include/sparcml.h
 	install -m 0644 python/sparcml/*.py $(P)/lib/python3/dist-packages/sparcml/
+	install -m 0644 python/sparcml/torch/*.py $(P)/lib/python3/dist-packages/sparcml/torch/
 	sed -e 's|@PREFIX@|$(abspath $(PREFIX))|' -e 's|@VERSION@|$(ABI_MAJOR).$(ABI_MINOR)|' \
 		capi/sparcml.pc.in > $(P)/lib/pkgconfig/sparcml.pc
 

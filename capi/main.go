@@ -23,3 +23,13 @@ package main
 import "C"
 
 func main() {}
+
+// version is the library's version, set at build time with
+// -ldflags "-X main.version=..." (the Makefile's VERSION, git describe).
+var version = "dev"
+
+// versionC is version as a C string, made once and never freed.
+var versionC = C.CString(version)
+
+//export sparcmlGoLibraryVersion
+func sparcmlGoLibraryVersion() *C.char { return versionC }

@@ -20,11 +20,12 @@ import sys
 import time
 
 import numpy as np
-import sparcml.torch as st
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import sparcml.torch as st
 
 HOOKS = {"default": None, "allreduce": st.allreduce_hook, "topk": st.topk_hook}
 

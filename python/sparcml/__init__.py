@@ -43,6 +43,19 @@ __all__ = [
 ]
 
 
+def __getattr__(name):
+    # __version__ is the loaded library's (`git describe` of the source it
+    # was built from, as the Makefile's VERSION), read on first use so that
+    # importing sparcml does not load the library.
+    if name == "__version__":
+        from ._lib import lib
+        so = lib()
+        if hasattr(so, "sparcml_library_version"):
+            return so.sparcml_library_version().decode()
+        return "%d.%d" % library_version()
+    raise AttributeError("module 'sparcml' has no attribute %r" % name)
+
+
 def library_version():
     """The (major, minor) ABI version of the loaded libsparcml."""
     import ctypes

@@ -3,6 +3,7 @@
 import os
 
 import pytest
+
 from conftest import REPO, SPARCML_BIN, launch, run_script
 
 

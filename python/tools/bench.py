@@ -11,6 +11,7 @@ import json
 import time
 
 import numpy as np
+
 import sparcml
 
 

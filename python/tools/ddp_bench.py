@@ -18,11 +18,12 @@ import json
 import time
 
 import numpy as np
-import sparcml.torch as st
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import sparcml.torch as st
 
 
 def _no_reduction(_, bucket):

@@ -13,10 +13,11 @@ import json
 import time
 
 import numpy as np
-import sparcml
-import sparcml.torch as st
 import torch
 import torch.distributed as dist
+
+import sparcml
+import sparcml.torch as st
 
 
 def main():

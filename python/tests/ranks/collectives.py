@@ -11,6 +11,7 @@ import os
 import time
 
 import numpy as np
+
 import sparcml
 from harness import check_usable, expect_raises, rng, run, small_ints
 

@@ -10,6 +10,7 @@ the residual) and checks the library's average and residual against it.
 import math
 
 import numpy as np
+
 import sparcml
 from harness import check_usable, expect_raises, rng, run
 

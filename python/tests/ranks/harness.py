@@ -15,6 +15,7 @@ import traceback
 import zlib
 
 import numpy as np
+
 import sparcml
 
 

@@ -11,13 +11,14 @@ dense sum of every rank's embedding gradient, computed here.
 import copy
 
 import numpy as np
-import sparcml
-import sparcml.torch as st
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from harness import expect_raises, run
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import sparcml
+import sparcml.torch as st
+from harness import expect_raises, run
 
 torch.set_num_threads(1)
 STEPS, BATCH = 6, 8
