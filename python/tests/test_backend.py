@@ -89,3 +89,9 @@ def test_fsdp_equals_gloo():
                                           ("recsys.py", ["--steps", "4", "--items", "5000"])])
 def test_examples(example, args):
     launch(os.path.join(REPO, "examples", "pytorch", example), 2, *args, timeout=300)
+
+
+def test_timeout_is_the_deadline():
+    res = by_hand("backend_timeout.py", 2, "tcp://127.0.0.1:%d" % free_port(), timeout=120)
+    rc, out = res[0]
+    assert rc == 0 and "rank 0 timed out" in out, out[-4000:]

@@ -297,7 +297,8 @@ def allreduce_sparse(tensor, comm=None, average=False):
         out_val = out_val / out_val.dtype.type(comm.size)
     indices = np.stack(np.unravel_index(out_rows, sparse_shape))
     values_out = torch.from_numpy(np.ascontiguousarray(out_val).reshape((-1,) + dense_shape))
-    return torch.sparse_coo_tensor(torch.from_numpy(indices.astype(np.int64)), values_out, shape).coalesce()
+    return torch.sparse_coo_tensor(torch.from_numpy(indices.astype(np.int64)), values_out, shape,
+                                   check_invariants=False).coalesce()
 
 
 from ._backend import SparcmlBackend as SparcmlBackend  # noqa: E402 - after what it shares (default_comm)

@@ -13,9 +13,10 @@ operation maps onto the library:
   reduced, and rounded once; SUM, AVG, MIN, MAX.
 - PRODUCT, and integer or bool tensors: every rank's tensor is gathered
   (allgatherv) and reduced here in rank order, exactly; P times the bytes.
-- all_reduce of a sparse COO tensor: sparcml's sparse allreduce of the
-  tensor's elements (each row of d values travels as d indexed values),
-  SUM or AVG.
+- all_reduce of a sparse COO tensor (SUM or AVG), row-sparse: the union
+  of the rows the ranks touched (a sparse allreduce of one count per row),
+  then the dense allreduce of the union's rows; a row of d values travels
+  as one index and d values, and all-zero sums are dropped.
 - all_gather, broadcast, send/recv, gather, scatter, all_to_all move bytes
   (allgatherv, broadcast, point-to-point messages) for any dtype.
 - reduce_scatter: sparcml's reduce-scatter (the allgather path above for
@@ -231,38 +232,45 @@ class SparcmlBackend(_C10dBackend):
         return [req], back
 
     def _start_sparse(self, op, t, kind):
+        """Row-sparse all_reduce: a row of d values travels as one index and
+        d values. First the union of the rows every rank touched (a sparse
+        allreduce of one count per touched row, blocking: the second step
+        depends on it, and must be started here, in the ranks' common
+        order), then the dense allreduce of those rows only, each rank
+        contributing zeros for the union's rows it did not touch. Rows whose
+        sum is all zero are dropped from the result."""
         if kind not in (R.SUM, R.AVG):
             self._fail(op, "sparse tensors are reduced with SUM or AVG, not %s" % kind)
         if t.dtype not in NATIVE + WIDENED:
             self._fail(op, "sparse tensors of %s are not supported" % t.dtype)
         shape = tuple(t.shape)
-        numel = math.prod(shape)
-        if numel > 1 << 32:
-            self._fail(op, "a sparse tensor of %d elements: sparcml's sparse vectors hold at most 2^32" % numel)
         c = t.detach().coalesce()
-        vdtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         sparse_shape, dense_shape = shape[:c.sparse_dim()], shape[c.sparse_dim():]
-        block = math.prod(dense_shape)
+        nrows, block = math.prod(sparse_shape), math.prod(dense_shape)
+        if nrows > 1 << 32:
+            self._fail(op, "a sparse tensor of %d rows: sparcml's sparse vectors hold at most 2^32" % nrows)
+        vdtype = torch.float64 if t.dtype == torch.float64 else torch.float32
+        # Coalesced indices are sorted lexicographically: their linear row
+        # numbers are sorted and unique, as the sparse allreduce wants them.
         rows = np.ravel_multi_index(c.indices().numpy(), sparse_shape) if c._nnz() else np.zeros(0, np.int64)
-        flat = (rows[:, None] * block + np.arange(block)).reshape(-1).astype(np.uint32)
-        values = np.ascontiguousarray(c.values().to(vdtype).numpy().reshape(-1))
-        req = self.comm.start_sparse_allreduce(flat, values, numel)
+        idx, count = self.comm.sparse_allreduce(rows.astype(np.uint32), np.ones(rows.size, np.float32), nrows)
+        union = idx[count != 0].astype(np.int64)  # the sum may come back dense: keep the counted rows
+        summed = torch.zeros(union.size, block, dtype=vdtype)
+        if rows.size:
+            summed[torch.from_numpy(np.searchsorted(union, rows))] = c.values().reshape(rows.size, block).to(vdtype)
         size = self.comm.size
 
         def back():
-            idx, val = req.wait()
-            if idx.size == numel:  # came back dense: keep the rows holding a nonzero
-                keep = val.reshape(-1, block).any(axis=1)
-                out_rows, out_val = np.flatnonzero(keep), val.reshape(-1, block)[keep]
-            else:
-                out_rows, out_val = idx[::block].astype(np.int64) // block, val.reshape(-1, block)
+            keep = summed.ne(0).any(dim=1)
+            vals = summed[keep]
             if kind == R.AVG:
-                out_val = out_val / out_val.dtype.type(size)
-            index = torch.from_numpy(np.stack(np.unravel_index(out_rows, sparse_shape)).astype(np.int64))
-            vals = torch.from_numpy(np.ascontiguousarray(out_val).reshape((-1,) + dense_shape)).to(t.dtype)
-            # Sorted unique linear indices: the rows are already coalesced.
-            t.copy_(torch.sparse_coo_tensor(index, vals, shape, check_invariants=False, is_coalesced=True))
-        return [req], back
+                vals /= size
+            index = torch.from_numpy(np.stack(np.unravel_index(union[keep.numpy()], sparse_shape)).astype(np.int64))
+            t.copy_(torch.sparse_coo_tensor(index.reshape(len(sparse_shape), -1), vals.reshape((-1,) + dense_shape).to(t.dtype),
+                                            shape, check_invariants=False, is_coalesced=True))
+        if union.size == 0:
+            return [], back
+        return [self.comm.start_allreduce(summed.reshape(-1).numpy(), op="sum")], back
 
     # ---- gathers and reduce-scatters ----
 
@@ -302,6 +310,9 @@ class SparcmlBackend(_C10dBackend):
         return self.allgather(output_lists, input_tensors, opts)
 
     def _start_allgather_single(self, op, output, t):
+        if not output.is_contiguous():
+            self._check(op, output)
+            self._fail(op, "the output tensor is not contiguous")
         if output.numel() != t.numel() * self.comm.size or output.dtype != t.dtype:
             self._check(op, t)
             self._fail(op, "output has %d %s elements, not %d ranks x %d %s" % (

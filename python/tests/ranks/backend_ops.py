@@ -208,6 +208,16 @@ def test_sparse_all_reduce(rank, size):
         assert s.is_sparse
         torch.testing.assert_close(s.to_dense(), want)
         assert (s.coalesce().values().abs().sum(1) > 0).all() or s._nnz() == 0, "an all-zero row came back"
+    # Rows that cancel: ranks 1 and 2 bring +v and -v on row 7 (and rank 1
+    # row 3 alone): row 7 must not come back as a row of zeros.
+    v = torch.arange(4.0) + 1
+    rows = {1: ([3, 7], torch.stack([v, v])), 2: ([7], -v[None])}.get(rank, ([], torch.zeros(0, 4)))
+    s = torch.sparse_coo_tensor(torch.tensor([rows[0]], dtype=torch.long).reshape(1, -1), rows[1], (10, 4))
+    dist.all_reduce(s)
+    want_rows = {1: [], 2: [3, 7]}.get(size, [3])
+    assert s.coalesce().indices()[0].tolist() == want_rows, s
+    for i in range(len(want_rows)):
+        torch.testing.assert_close(s.coalesce().values()[i], v)
 
 
 def test_async_out_of_order(rank, size):

@@ -171,7 +171,7 @@ def test_topk_hook_bad_bucket(comm):
     expect_raises(comm, lambda: st.topk_hook(state, Bucket(grad)), bad, sparcml.InvalidArgument,
                   "compressor-create")
     ok = torch.ones(36)
-    st.topk_hook(state, Bucket(ok))  # the state is usable: it creates the compressor now
+    st.topk_hook(state, Bucket(ok)).wait()  # the state is usable: it creates the compressor now (the hook is asynchronous)
     torch.testing.assert_close(ok, torch.ones(36) * (torch.arange(36) < 18).float())
     try:
         st.TopkState(density=0.1, start_iter=1)
