@@ -4,7 +4,9 @@ package main
 import "C"
 
 import (
+	"context"
 	"math"
+	"time"
 	"unsafe"
 
 	"github.com/sparcml/sparcml"
@@ -17,6 +19,9 @@ type call struct {
 	p    *C.sparcml_comm
 	op   string
 	req  **C.sparcml_request
+	// ctx bounds the operation: the communicator's sparcml_set_timeout
+	// deadline when one is set, else none (the library's default applies).
+	ctx context.Context
 	// release, if set, runs once the call is over, whatever its outcome
 	// (for a started call: when its request completes).
 	release func()
@@ -32,7 +37,23 @@ func newCall(p *C.sparcml_comm, op string, req **C.sparcml_request) (*call, C.in
 	if err != nil {
 		return nil, record(err, -1, op)
 	}
-	return &call{comm: c, p: p, op: op, req: req}, statusOK
+	k := &call{comm: c, p: p, op: op, req: req, ctx: context.Background()}
+	if t := float64(p.timeout); t > 0 {
+		var cancel context.CancelFunc
+		k.ctx, cancel = context.WithTimeout(k.ctx, time.Duration(math.Min(t, float64(math.MaxInt64/2)/1e9)*1e9))
+		k.onRelease(cancel)
+	}
+	return k, statusOK
+}
+
+// onRelease adds f to what runs once the call is over.
+func (k *call) onRelease(f func()) {
+	prev := k.release
+	if prev == nil {
+		k.release = f
+		return
+	}
+	k.release = func() { prev(); f() }
 }
 
 // invalid fails the call on every rank with an invalid-argument error.

@@ -18,6 +18,7 @@ struct sparcml_comm {
 	uintptr_t handle;
 	int rank;
 	int size;
+	double timeout; /* seconds; > 0: each later operation's deadline (sparcml_set_timeout) */
 };
 
 /* A request: the handle of the Go request state. */

@@ -172,8 +172,11 @@ func compressorOf(h *C.sparcml_compressor) (*compressor, error) {
 }
 
 //export sparcmlGoCompressorReduce
-func sparcmlGoCompressorReduce(h *C.sparcml_compressor, buf unsafe.Pointer, count C.size_t) (status C.int) {
+func sparcmlGoCompressorReduce(h *C.sparcml_compressor, buf unsafe.Pointer, count C.size_t, req **C.sparcml_request) (status C.int) {
 	defer guard(&status, opCompressorReduce)
+	if req != nil {
+		*req = nil
+	}
 	z, err := compressorOf(h)
 	if err != nil {
 		return record(err, -1, opCompressorReduce) // no communicator to tell
@@ -183,6 +186,9 @@ func sparcmlGoCompressorReduce(h *C.sparcml_compressor, buf unsafe.Pointer, coun
 	}
 	if uint64(count) != uint64(z.count) {
 		return z.invalid("count %d for a compressor of %d", uint64(count), z.count)
+	}
+	if req != nil {
+		return z.start(buf, int(count), req)
 	}
 	ctx := context.Background()
 	if z.f32 != nil {

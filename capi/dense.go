@@ -4,7 +4,6 @@ package main
 import "C"
 
 import (
-	"context"
 	"math"
 	"unsafe"
 
@@ -61,7 +60,7 @@ func sparcmlGoAllreduce(p *C.sparcml_comm, buf unsafe.Pointer, count C.size_t, d
 }
 
 func allreduce[T sparcml.Float](k *call, data []T, red sparcml.ReduceOp) C.int {
-	ctx := context.Background()
+	ctx := k.ctx
 	return k.finish(
 		func() error { return sparcml.Allreduce(ctx, k.comm, data, red) },
 		func() *sparcml.Request { return sparcml.StartAllreduce(ctx, k.comm, data, red) },
@@ -90,7 +89,7 @@ func sparcmlGoReduceScatter(p *C.sparcml_comm, sendbuf, recvbuf unsafe.Pointer, 
 }
 
 func reduceScatter[T sparcml.Float](k *call, in, out []T, red sparcml.ReduceOp) C.int {
-	ctx := context.Background()
+	ctx := k.ctx
 	return k.finish(
 		func() error { return sparcml.ReduceScatter(ctx, k.comm, in, out, red) },
 		func() *sparcml.Request { return sparcml.StartReduceScatter(ctx, k.comm, in, out, red) },
@@ -155,7 +154,7 @@ func goCounts(recvcounts *C.size_t, size, esize int) ([]int, int, string) {
 }
 
 func allgather[T sparcml.Float](k *call, in, out []T, counts []int) C.int {
-	ctx := context.Background()
+	ctx := k.ctx
 	if counts != nil {
 		return k.finish(
 			func() error { return sparcml.Allgatherv(ctx, k.comm, in, out, counts) },
@@ -190,7 +189,7 @@ func sparcmlGoBroadcast(p *C.sparcml_comm, buf unsafe.Pointer, count C.size_t, d
 }
 
 func broadcast[T sparcml.Float](k *call, data []T, root int) C.int {
-	ctx := context.Background()
+	ctx := k.ctx
 	return k.finish(
 		func() error { return sparcml.Broadcast(ctx, k.comm, data, root) },
 		func() *sparcml.Request { return sparcml.StartBroadcast(ctx, k.comm, data, root) },
@@ -204,7 +203,7 @@ func sparcmlGoBarrier(p *C.sparcml_comm, req **C.sparcml_request) (status C.int)
 	if k == nil {
 		return status
 	}
-	ctx := context.Background()
+	ctx := k.ctx
 	return k.finish(
 		func() error { return k.comm.Barrier(ctx) },
 		func() *sparcml.Request { return k.comm.StartBarrier(ctx) },

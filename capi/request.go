@@ -15,9 +15,44 @@ import (
 	"github.com/sparcml/sparcml"
 )
 
+// pending is an operation in flight: a *sparcml.Request, or a compressed
+// reduction (compressPending).
+type pending interface {
+	Wait(ctx context.Context) error
+	Test() (bool, error)
+	Seq() uint64
+}
+
+// compressPending adapts a started compressed reduction to pending.
+type compressPending struct{ r *sparcml.CompressRequest }
+
+func (p compressPending) Wait(ctx context.Context) error {
+	select {
+	case <-p.r.Done():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	_, err := p.r.Wait(context.Background())
+	return err
+}
+
+func (p compressPending) Test() (bool, error) {
+	select {
+	case <-p.r.Done():
+		_, err := p.r.Wait(context.Background())
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+// Seq is never 0: a compressed reduction is never refused before it
+// starts (its failures are reported by the wait or test).
+func (p compressPending) Seq() uint64 { return 1 }
+
 // request is the Go side of a sparcml_request.
 type request struct {
-	r     *sparcml.Request
+	r     pending
 	rank  int
 	op    string
 	after func() error // run once the operation has succeeded
@@ -30,7 +65,7 @@ type request struct {
 }
 
 // started hands a started operation to C as a request.
-func (k *call) started(r *sparcml.Request, after func() error) C.int {
+func (k *call) started(r pending, after func() error) C.int {
 	if done, err := r.Test(); done && err != nil && r.Seq() == 0 {
 		// Refused before it started (a closed communicator): no request
 		// to wait for. An operation that started and already failed is

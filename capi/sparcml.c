@@ -419,7 +419,46 @@ int sparcml_compressor_create_scoped(sparcml_comm *comm, size_t count,
 int sparcml_compressor_reduce(sparcml_compressor *comp, void *buf,
 			      size_t count)
 {
-	return sparcmlGoCompressorReduce(comp, buf, count);
+	return sparcmlGoCompressorReduce(comp, buf, count, NULL);
+}
+
+int sparcml_compressor_start(sparcml_compressor *comp, void *buf,
+			     size_t count, sparcml_request **req)
+{
+	if (!req)
+		return invalid_handle("compressor-start", "req");
+	return sparcmlGoCompressorReduce(comp, buf, count, req);
+}
+
+/* ---- Point to point, sub-communicators, deadlines ---- */
+
+int sparcml_start_send(sparcml_comm *comm, const void *buf, size_t count,
+		       sparcml_dtype dtype, int peer, sparcml_request **req)
+{
+	if (!req)
+		return sparcmlGoFail(comm, "send", "req is NULL");
+	return sparcmlGoP2P(comm, (void *)buf, count, (int)dtype, peer, 0, req);
+}
+
+int sparcml_start_recv(sparcml_comm *comm, void *buf, size_t count,
+		       sparcml_dtype dtype, int peer, sparcml_request **req)
+{
+	if (!req)
+		return sparcmlGoFail(comm, "recv", "req is NULL");
+	return sparcmlGoP2P(comm, buf, count, (int)dtype, peer, 1, req);
+}
+
+int sparcml_comm_split(sparcml_comm *comm, int color, int key,
+		       sparcml_comm **newcomm)
+{
+	return sparcmlGoSplit(comm, color, key, newcomm);
+}
+
+int sparcml_set_timeout(sparcml_comm *comm, double seconds)
+{
+	if (!comm)
+		return invalid_handle("set-timeout", "comm");
+	return sparcmlGoSetTimeout(comm, seconds);
 }
 
 int sparcml_compressor_residual(const sparcml_compressor *comp, void *out,

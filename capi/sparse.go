@@ -4,7 +4,6 @@ package main
 import "C"
 
 import (
-	"context"
 	"fmt"
 	"unsafe"
 
@@ -44,7 +43,7 @@ func sparcmlGoSparseAllreduce(p *C.sparcml_comm, dim C.uint64_t, nnz C.size_t, i
 		}
 		// A failed call leaves the result empty, not half written.
 		result.busy, result.dim, result.nnz, result.dense = 1, 0, 0, 0
-		k.release = func() { result.busy = 0 }
+		k.onRelease(func() { result.busy = 0 })
 	}
 	idx := unsafe.Slice((*uint32)(unsafe.Pointer(indices)), n)
 	if esize == 4 {
@@ -58,7 +57,7 @@ func sparcmlGoSparseAllreduce(p *C.sparcml_comm, dim C.uint64_t, nnz C.size_t, i
 // sparseAllreduce runs or starts the sparse allreduce of in, its sum
 // written into denseOut (dense, in place) or into result.
 func sparseAllreduce[T sparcml.Float](k *call, in *sparcml.SparseVector[T], denseOut unsafe.Pointer, result *C.sparcml_result) C.int {
-	ctx := context.Background()
+	ctx := k.ctx
 	var out *sparcml.SparseVector[T]
 	var opts []sparcml.CallOption
 	var after func() error

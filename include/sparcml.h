@@ -468,6 +468,41 @@ int sparcml_compressor_residual(const sparcml_compressor *comp, void *out,
 /* Releases comp and its residual. Local. NULL is a no-op. */
 int sparcml_compressor_destroy(sparcml_compressor *comp);
 
+/* Starts sparcml_compressor_reduce(comp, buf, count) and returns at once:
+ * the selection runs here, the reduction in the background. buf must not
+ * be touched until sparcml_wait or sparcml_test completes *req; it then
+ * holds the average. One reduction per compressor is in flight: a second
+ * start waits for the first. Since ABI 0.4. */
+int sparcml_compressor_start(sparcml_compressor *comp, void *buf,
+			     size_t count, sparcml_request **req);
+
+/* ---- Point to point, sub-communicators, deadlines (since ABI 0.4) ----
+ *
+ * sparcml_start_send sends count elements of buf to peer, which receives
+ * them with sparcml_start_recv of the same count and dtype. Messages
+ * between two ranks match in the order they were started; ranks not
+ * involved call nothing. buf must not be touched until the request
+ * completes. A peer that is not another rank of comm fails here only. */
+int sparcml_start_send(sparcml_comm *comm, const void *buf, size_t count,
+		       sparcml_dtype dtype, int peer, sparcml_request **req);
+int sparcml_start_recv(sparcml_comm *comm, void *buf, size_t count,
+		       sparcml_dtype dtype, int peer, sparcml_request **req);
+
+/* Partitions comm as MPI_Comm_split: collective over comm. The ranks that
+ * pass the same color form one communicator, ranked by key, then by their
+ * rank in comm; *newcomm is NULL on a rank passing a negative color. The
+ * new communicator shares comm's connections and keeps its deadline;
+ * finalize it (not collective for a split one's connections, which comm
+ * owns) before comm. */
+int sparcml_comm_split(sparcml_comm *comm, int color, int key,
+		       sparcml_comm **newcomm);
+
+/* Sets the deadline of each operation comm starts from now on: seconds
+ * after its start (> 0), or the library's default (SPARCML_TIMEOUT) when
+ * 0 or negative. Local. An operation past its deadline fails with
+ * SPARCML_ERR_TIMEOUT on every rank. */
+int sparcml_set_timeout(sparcml_comm *comm, double seconds);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,8 +5,9 @@
 #   deps.sh           the build (libibverbs headers and providers) and
 #                     Fashion-MNIST for `sparcml train` and `make demo`
 #                     (dataset-fashion-mnist: /usr/share/datasets/fashion-mnist)
-#   deps.sh python    also what the Python and PyTorch binding tests need
-#                     (Debian's NumPy and CPU PyTorch, for /usr/bin/python3)
+#   deps.sh python    also what scripts/venv.sh needs to make the Python
+#                     tests' virtual environment (python3-venv; torch, NumPy,
+#                     pytest and ruff come from PyPI into .venv)
 #   deps.sh cluster   also the emulated cluster's tools (test/cluster)
 #   deps.sh mpi       also Open MPI, for the peers of `make bench-cluster`
 set -euo pipefail
@@ -14,7 +15,7 @@ set -euo pipefail
 pkgs=(libibverbs-dev ibverbs-providers dataset-fashion-mnist)
 for group in "$@"; do
 	case $group in
-	python) pkgs+=(python3-numpy python3-torch) ;;
+	python) pkgs+=(python3-venv python3-pip) ;;
 	cluster) pkgs+=(iproute2 iptables ethtool iperf3) ;;
 	mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
 	*) echo "deps: unknown group '$group' (want python, cluster or mpi)" >&2; exit 2 ;;

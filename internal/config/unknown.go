@@ -16,9 +16,12 @@ var removed = map[string]string{
 }
 
 // othersPrefixes name the SPARCML_* variables that other programs read:
-// the Python package (SPARCML_LIBRARY) and the test harnesses under test/
-// and capi/ (SPARCML_BIN, SPARCML_TEST*, SPARCML_CLUSTER*, SPARCML_VM*).
-var othersPrefixes = []string{"SPARCML_LIBRARY", "SPARCML_BIN", "SPARCML_TEST", "SPARCML_CLUSTER", "SPARCML_VM"}
+// the Python package (SPARCML_LIBRARY), its wheel build (SPARCML_VERSION,
+// python/setup.py), scripts/venv.sh (SPARCML_VENV*) and the test harnesses
+// under test/, capi/ and python/tests (SPARCML_BIN, SPARCML_STAGE,
+// SPARCML_TEST*, SPARCML_CLUSTER*, SPARCML_VM*).
+var othersPrefixes = []string{"SPARCML_LIBRARY", "SPARCML_VERSION", "SPARCML_VENV", "SPARCML_BIN", "SPARCML_STAGE",
+	"SPARCML_TEST", "SPARCML_CLUSTER", "SPARCML_VM"}
 
 // Unknown returns one warning for each SPARCML_* variable of environ
 // (os.Environ's NAME=value form) that Vars does not declare: a removed

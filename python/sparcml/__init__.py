@@ -22,14 +22,36 @@ set to the library's path). sparcml.torch holds PyTorch's DDP hooks.
 from ._comm import Comm, init
 from ._compressor import Compressor
 from ._request import Request
-from .errors import (Aborted, Closed, Error, InitError, InternalError, InvalidArgument, Mismatch,
-                     NotDone, OutOfMemory, PeerLost, Timeout)
+from .errors import (
+    Aborted,
+    Closed,
+    Error,
+    InitError,
+    InternalError,
+    InvalidArgument,
+    Mismatch,
+    NotDone,
+    OutOfMemory,
+    PeerLost,
+    Timeout,
+)
 
 __all__ = [
     "init", "Comm", "Request", "Compressor", "library_version",
     "Error", "InvalidArgument", "Mismatch", "PeerLost", "Timeout", "Aborted", "Closed", "InitError",
     "NotDone", "OutOfMemory", "InternalError",
 ]
+
+
+def __getattr__(name):
+    # __version__ is the loaded library's build version
+    # (sparcml_build_version: `git describe` of the source it was built
+    # from, the Makefile's VERSION), read on first use so that importing
+    # sparcml does not load the library.
+    if name == "__version__":
+        from ._lib import lib
+        return lib().sparcml_build_version().decode()
+    raise AttributeError("module 'sparcml' has no attribute %r" % name)
 
 
 def library_version():

@@ -286,6 +286,45 @@ class Comm:
         return self._start(self._so.sparcml_start_broadcast, (self._handle("broadcast"), ptr, n, dt, int(root)),
                            "broadcast", (array,), value=array)
 
+    # ---- point to point, sub-communicators, deadlines ----
+
+    def _p2p(self, op, fn, array, peer):
+        try:
+            ptr, n, dt = buffer(array, "array", op == "recv")
+            peer = int(peer)
+        except (Bad, TypeError, ValueError) as e:
+            raise errors.InvalidArgument("sparcml: rank %d: %s: %s" % (self.rank, op, e), self.rank, -1, op, 0) from None
+        return self._start(fn, (self._handle(op), ptr, n, dt, peer), op, (array,), value=array)
+
+    def start_send(self, array, peer):
+        """Starts sending array to rank peer, which calls start_recv with an
+        array of the same length and dtype; returns a Request. Messages
+        between two ranks match in the order they were started."""
+        return self._p2p("send", self._so.sparcml_start_send, array, peer)
+
+    def start_recv(self, array, peer):
+        """Starts receiving into array what rank peer sends; returns a
+        Request whose wait() returns array."""
+        return self._p2p("recv", self._so.sparcml_start_recv, array, peer)
+
+    def split(self, color, key=0):
+        """Collective over this communicator: the ranks passing the same
+        color form a new Comm, ranked by key then by rank here; None on a
+        rank passing a negative color. Finalize it before this one."""
+        h = ctypes.c_void_p()
+        rc = self._so.sparcml_comm_split(self._handle("split"), int(color), int(key), ctypes.byref(h))
+        if rc:
+            self._raise(rc)
+        return Comm(h) if h.value else None
+
+    def set_timeout(self, seconds):
+        """The deadline of every operation started from now on, in seconds
+        after its start; None or <= 0 for the library's default
+        (SPARCML_TIMEOUT). Local."""
+        rc = self._so.sparcml_set_timeout(self._handle("set-timeout"), 0.0 if seconds is None else float(seconds))
+        if rc:
+            self._raise(rc)
+
     def barrier(self):
         """Returns once every rank has entered the barrier."""
         rc = self._so.sparcml_barrier(self._handle("barrier"))

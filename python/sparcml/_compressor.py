@@ -101,6 +101,25 @@ class Compressor:
             self.comm._raise(rc)
         return grad
 
+    def start(self, grad):
+        """Starts reduce(grad) and returns a sparcml.Request whose wait()
+        returns grad holding the average: the selection runs here, the
+        reduction in the background. grad must not be touched until then.
+        One reduction per Compressor is in flight (a second start waits
+        for the first)."""
+        if self._h is None:
+            self._create(grad)
+        op = "sparse-allreduce"
+        try:
+            ptr, n, dt = buffer(grad, "grad", True)
+            if n != self.size or NUMPY_DTYPE[dt] != self.dtype:
+                raise Bad("grad has %d %s elements; this compressor reduces %d %s" % (
+                    n, grad.dtype, self.size, self.dtype))
+        except Bad as e:
+            self.comm._bad(op, e)
+        self.comm._handle(op)
+        return self.comm._start(self.comm._so.sparcml_compressor_start, (self._h, ptr, n), op, (grad,), value=grad)
+
     def residual(self):
         """A copy of the error-feedback residual (what was accumulated and
         not yet sent; zeros without error feedback); None before the first

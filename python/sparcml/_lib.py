@@ -1,6 +1,7 @@
 """Loading libsparcml.so and declaring its functions for ctypes.
 
-The library is found, in order, at $SPARCML_LIBRARY, in the source tree
+The library is found, in order, at $SPARCML_LIBRARY, inside the package
+(a wheel built from python/ holds it), in the source tree
 (build/lib/libsparcml.so after `make lib`), next to an installed copy of
 this package (PREFIX/lib after `make install PREFIX=...`), and on the
 system's library path (libsparcml.so.0). It is loaded on first use, so
@@ -38,6 +39,7 @@ def candidates():
     env = os.environ.get("SPARCML_LIBRARY")
     if env:
         paths.append(env)
+    paths.append(os.path.join(_here, "libsparcml.so"))  # built into the wheel (pip install ./python)
     paths.append(os.path.join(_here, "..", "..", "build", "lib", "libsparcml.so"))
     paths.append(os.path.join(_here, "..", "..", "..", "libsparcml.so.%d" % ABI_MAJOR))
     paths.append("libsparcml.so.%d" % ABI_MAJOR)
@@ -123,6 +125,12 @@ def _declare(so):
         "sparcml_compressor_residual": (c_int, [c_void_p, c_void_p, c_size_t]),
         "sparcml_compressor_destroy": (c_int, [c_void_p]),
         "sparcml_wait": (c_int, [pp, c_double]),
+        "sparcml_compressor_start": (c_int, [c_void_p, c_void_p, c_size_t, pp]),
+        "sparcml_start_send": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, pp]),
+        "sparcml_start_recv": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, pp]),
+        "sparcml_comm_split": (c_int, [c_void_p, c_int, c_int, pp]),
+        "sparcml_set_timeout": (c_int, [c_void_p, c_double]),
+        "sparcml_build_version": (c_char_p, []),
         "sparcml_test": (c_int, [pp, ctypes.POINTER(c_int)]),
     }
     for name, (restype, argtypes) in protos.items():

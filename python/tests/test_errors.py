@@ -2,7 +2,7 @@
 include/sparcml.h has exactly one class, named after it, and an error is
 raised as the class of its status, never by its text. No library needed.
 
-    /usr/bin/python3 python/tests/test_errors.py
+    .venv/bin/python -m pytest python/tests/test_errors.py
 """
 
 import os

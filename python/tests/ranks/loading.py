@@ -3,7 +3,7 @@ an error naming it, not a fall-back), then the source tree, an installed
 copy next to the installed package, the system path. Each case runs in a
 fresh interpreter (the library loads once per process), one rank, bounded.
 
-    /usr/bin/python3 python/tests/test_loading.py SPARCML_BIN STAGE
+    /usr/bin/python3 python/tests/ranks/loading.py SPARCML_BIN STAGE
 
 STAGE is a `make install PREFIX=STAGE` tree.
 """
@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-repo = os.path.dirname(os.path.dirname(here))
+repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
 sparcml_bin, stage = sys.argv[1], os.path.abspath(sys.argv[2])
 
 PROBE = """

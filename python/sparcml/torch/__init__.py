@@ -1,4 +1,12 @@
-"""sparcml for PyTorch: DDP communication hooks and sparse gradients.
+"""sparcml for PyTorch: the "sparcml" torch.distributed backend, DDP
+communication hooks and sparse gradients.
+
+    import sparcml.torch                          # registers the backend
+    dist.init_process_group("sparcml")            # no gloo group needed
+
+Every operation returns a Work completed by sparcml's non-blocking
+request (see _backend.py for what each maps onto, docs/PYTORCH.md for the
+reference). The hooks below work on that backend and on gloo:
 
     import sparcml.torch as st
     ddp = DistributedDataParallel(model)          # gloo still sets DDP up
@@ -16,9 +24,11 @@ allreduce_sparse sums the sparse COO gradients of nn.Embedding(sparse=True)
 with sparcml's sparse allreduce, moving only the rows touched.
 
 The communicator is the hook's state when that is a sparcml.Comm, else the
-default one, made from the launcher's environment the first time it is
-needed (default_comm). CPU tensors of float32 or float64 only; the hooks
-run synchronously and hand DDP a completed Future.
+default one: the "sparcml" process group's when that is the default
+group, else one made from the launcher's environment the first time it is
+needed (default_comm). CPU tensors of float32 or float64. The hooks start
+their reduction and return a Future that sparcml's request completes, so
+DDP overlaps bucket communication with the rest of backward.
 """
 
 import math
@@ -30,8 +40,17 @@ import torch
 
 import sparcml
 
+from . import _progress
+
 _default = None
 _default_lock = threading.Lock()
+
+
+def _set_world_comm(comm):
+    """Called by the backend: its world communicator becomes the default."""
+    global _default
+    with _default_lock:
+        _default = comm
 
 
 def default_comm():
@@ -125,15 +144,15 @@ def allreduce(tensor, op="sum", comm=None):
 def allreduce_hook(state, bucket):
     """DDP communication hook: the dense allreduce of the bucket through
     sparcml, averaged over the ranks (DDP's own reduction is an average).
+    Starts the reduction and returns a Future of the bucket's tensor that
+    completes with it.
 
     state is None (the default communicator) or a sparcml.Comm. Register
     with ddp.register_comm_hook(None, sparcml.torch.allreduce_hook)."""
     comm = _comm(state)
     buf = bucket.buffer()
-    comm.allreduce(_numpy(comm, buf, "allreduce"), op="avg")
-    fut = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
+    req = comm.start_allreduce(_numpy(comm, buf, "allreduce"), op="avg")
+    return _progress.submit(comm, "allreduce", [req], lambda: buf).future
 
 
 class TopkState:
@@ -221,25 +240,23 @@ def topk_hook(state, bucket):
 
     state is a TopkState. Register with
     ddp.register_comm_hook(sparcml.torch.TopkState(density=0.01),
-    sparcml.torch.topk_hook). CPU float32 or float64 buckets; the reduction
-    runs synchronously and the hook hands DDP a completed Future of the
-    bucket's tensor."""
+    sparcml.torch.topk_hook). CPU float32 or float64 buckets; the hook
+    selects at once, starts the reduction and returns a Future of the
+    bucket's tensor that completes with it."""
     if not isinstance(state, TopkState):
         raise TypeError("topk_hook's state is a sparcml.torch.TopkState, not %s" % type(state).__name__)
     comm = _comm(state)
     buf = bucket.buffer()
     if state.iter < state.start_iter:
-        comm.allreduce(_numpy(comm, buf, "allreduce"), op="avg")
+        req = comm.start_allreduce(_numpy(comm, buf, "allreduce"), op="avg")
     else:
         comp = state._compressor(comm, bucket.index(), buf.numel())
         op = "sparse-allreduce" if comp.size is not None else "compressor-create"
-        comp.reduce(_numpy(comm, buf, op))
+        req = comp.start(_numpy(comm, buf, op))
         state.numel_before += buf.numel()
         state.numel_sent += min(buf.numel(), math.ceil(state.density * buf.numel()))
     state._count(bucket)
-    fut = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
+    return _progress.submit(comm, "topk", [req], lambda: buf).future
 
 
 def allreduce_sparse(tensor, comm=None, average=False):
@@ -286,4 +303,11 @@ def allreduce_sparse(tensor, comm=None, average=False):
         out_val = out_val / out_val.dtype.type(comm.size)
     indices = np.stack(np.unravel_index(out_rows, sparse_shape))
     values_out = torch.from_numpy(np.ascontiguousarray(out_val).reshape((-1,) + dense_shape))
-    return torch.sparse_coo_tensor(torch.from_numpy(indices.astype(np.int64)), values_out, shape).coalesce()
+    return torch.sparse_coo_tensor(torch.from_numpy(indices.astype(np.int64)), values_out, shape,
+                                   check_invariants=False).coalesce()
+
+
+from ._backend import SparcmlBackend as SparcmlBackend  # noqa: E402 - after what it shares (default_comm)
+from ._backend import register  # noqa: E402
+
+register()

@@ -1,6 +1,6 @@
 """Tests of the sparcml Python package, run on every rank:
 
-    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/test_sparcml.py
+    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/ranks/collectives.py
 
 with PYTHONPATH=python (make test-bindings does this). Every result is
 checked against the reference computed here from every rank's seeded
@@ -322,8 +322,30 @@ def closed_after_finalize(comm):
         raise AssertionError("allreduce after finalize did not raise Closed")
 
 
+def test_split_and_p2p(comm):
+    """Comm.split (sparcml_comm_split): the even and the odd ranks, ranked
+    in reverse; start_send/start_recv (a ring) and set_timeout."""
+    sub = comm.split(comm.rank % 2, key=-comm.rank)
+    members = [r for r in range(comm.size) if r % 2 == comm.rank % 2]
+    assert sub.size == len(members) and sub.rank == sorted(members, reverse=True).index(comm.rank), sub
+    x = np.array([float(comm.rank)])
+    sub.allreduce(x)
+    assert x[0] == sum(members), (x, members)
+    sub.finalize()
+    assert comm.split(-1) is None
+    comm.set_timeout(30)
+    if comm.size > 1:
+        nxt, prv = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+        got = np.empty(5, dtype=np.float64)
+        r = comm.start_recv(got, prv)
+        s = comm.start_send(np.full(5, comm.rank, dtype=np.float64), nxt)
+        s.wait(30)
+        assert (r.wait(30) == prv).all(), got
+    comm.set_timeout(None)
+
+
 if __name__ == "__main__":
-    run([test_init, test_allreduce, test_allreduce_views_and_shapes, test_allreduce_random_floats,
+    run([test_split_and_p2p, test_init, test_allreduce, test_allreduce_views_and_shapes, test_allreduce_random_floats,
          test_reduce_scatter, test_allgather, test_allgatherv, test_broadcast_and_barrier,
          test_sparse_allreduce, test_sparse_sorted_input_is_used_in_place, test_nonblocking,
          test_wait_timeout, test_dropped_request_is_waited_for, test_bad_dtype, test_bad_layout,

@@ -4,7 +4,7 @@ PeerLost or Aborted naming it. (A plain finalize would start its closing
 barrier where they run their collective: they would report a misleading
 mismatch, or wait for their deadline.)
 
-    /usr/bin/python3 python/tests/test_crash.py
+    /usr/bin/python3 python/tests/ranks/crash.py
 
 Three ranks started by hand, with no launcher to kill the others.
 """
@@ -35,7 +35,7 @@ for r in range(3):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARCML_")}
     env.update(SPARCML_RANK=str(r), SPARCML_SIZE="3", SPARCML_ADDR="127.0.0.1:%d" % port, SPARCML_TOKEN="crash-test",
                SPARCML_DEBUG="NONE", SPARCML_TIMEOUT="30s",
-               PYTHONPATH=os.path.join(here, ".."))
+               PYTHONPATH=os.path.join(here, "..", ".."))
     procs.append(subprocess.Popen([sys.executable, "-c", RANK], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True))
 outs = []

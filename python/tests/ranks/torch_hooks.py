@@ -1,6 +1,6 @@
 """Tests of sparcml.torch, run on every rank:
 
-    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/test_torch.py
+    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/ranks/torch_hooks.py
 
 DDP with allreduce_hook against DDP's default (gloo) reduction and against
 one process training on the whole batch; topk_hook at density 1 against the
@@ -199,7 +199,7 @@ def test_topk_hook_bad_bucket(comm):
     expect_raises(comm, lambda: st.topk_hook(state, Bucket(grad)), bad, sparcml.InvalidArgument,
                   "compressor-create")
     ok = torch.ones(36)
-    st.topk_hook(state, Bucket(ok))  # the state is usable: it creates the compressor now
+    st.topk_hook(state, Bucket(ok)).wait()  # the state is usable: it creates the compressor now (the hook is asynchronous)
     torch.testing.assert_close(ok, torch.ones(36) * (torch.arange(36) < 18).float())
     try:
         st.TopkState(density=0.1, start_iter=1)

@@ -1,6 +1,6 @@
 """Tests of sparcml.Compressor, run on every rank:
 
-    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/test_compressor.py
+    sparcml run -n 3 --timeout 5m -- /usr/bin/python3 python/tests/ranks/compressor.py
 
 Every rank replays every rank's top-k with error feedback in NumPy (the
 accumulation, the selection by magnitude with ties to the lower index,

@@ -1,0 +1,97 @@
+"""The "sparcml" torch.distributed backend: every operation on 1 and 3
+ranks, under sparcml run (env://), with init_method and store given, and
+under torchrun; a killed rank; DDP and FSDP against gloo; the async hooks.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import RANKS, REPO, env, launch
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_every_operation(n):
+    p = launch("backend_ops.py", n, timeout=300)
+    assert "14 tests on %d ranks passed" % n in p.stdout
+
+
+def by_hand(program, n, *args, timeout=240, extra=None):
+    """Starts n ranks with RANK/WORLD_SIZE only (no launcher); returns
+    their (returncode, output)."""
+    procs = []
+    for r in range(n):
+        e = env(RANK=r, WORLD_SIZE=n, **(extra or {}))
+        for k in [k for k in e if k.startswith("SPARCML_") and k not in ("SPARCML_TIMEOUT", "SPARCML_DEBUG")]:
+            del e[k]
+        procs.append(subprocess.Popen([sys.executable, os.path.join(RANKS, program), *args], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    return [(p.returncode, o) for p, o in zip(procs, outs)]
+
+
+@pytest.mark.parametrize("how", ["tcp", "store"])
+def test_init_method_and_store(how):
+    port = free_port()
+    arg = "tcp://127.0.0.1:%d" % port if how == "tcp" else "store:127.0.0.1:%d" % port
+    res = by_hand("backend_ops.py", 3, arg)
+    for r, (rc, out) in enumerate(res):
+        assert rc == 0, "rank %d exited %d:\n%s" % (r, rc, out[-8000:])
+
+
+def test_torchrun():
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    assert torchrun, "torchrun is missing next to %s" % sys.executable
+    e = env()
+    for k in [k for k in e if k.startswith("SPARCML_") and k not in ("SPARCML_TIMEOUT", "SPARCML_DEBUG")]:
+        del e[k]
+    p = subprocess.run([torchrun, "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                        "127.0.0.1:%d" % free_port(), os.path.join(RANKS, "backend_ops.py")],
+                       env=e, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-8000:]
+    assert "14 tests on 2 ranks passed" in p.stdout
+
+
+def test_killed_rank_is_named():
+    res = by_hand("backend_killed.py", 3, "tcp://127.0.0.1:%d" % free_port(), timeout=120)
+    assert res[2][0] != 0
+    for r in (0, 1):
+        rc, out = res[r]
+        assert rc == 0, "rank %d exited %d:\n%s" % (r, rc, out[-8000:])
+        assert "raised naming rank 2" in out, out[-4000:]
+
+
+def test_ddp_equals_gloo():
+    launch("backend_ddp.py", 3, timeout=600)
+
+
+def test_fsdp_equals_gloo():
+    launch("backend_fsdp.py", 2, timeout=600)
+
+
+@pytest.mark.parametrize("example,args", [("ddp_backend.py", ["--steps", "5", "--hook", "allreduce"]),
+                                          ("recsys.py", ["--steps", "4", "--items", "5000"])])
+def test_examples(example, args):
+    launch(os.path.join(REPO, "examples", "pytorch", example), 2, *args, timeout=300)
+
+
+def test_timeout_is_the_deadline():
+    res = by_hand("backend_timeout.py", 2, "tcp://127.0.0.1:%d" % free_port(), timeout=120)
+    rc, out = res[0]
+    assert rc == 0 and "rank 0 timed out" in out, out[-4000:]
