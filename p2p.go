@@ -49,8 +49,8 @@ func p2pDesc[T Float](n int) transport.Desc {
 // p2pState is the part of a Request only point-to-point requests use. It
 // lives in the Request so that a message costs one allocation here: on a
 // small message the allocations and the cache lines they touch are a fair
-// share of the time the library adds to a round trip (docs/PERFORMANCE.md,
-// "Point-to-point over TCP", "What the transport adds").
+// share of the time the library adds to a round trip (docs/DEFAULTS.md,
+// "What the transport adds").
 type p2pState struct {
 	op      collectives.Op
 	recv    bool

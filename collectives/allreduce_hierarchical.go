@@ -37,8 +37,7 @@ package collectives
 const (
 	// hierarchicalChunkBytes is the chunk size the pipeline aims for;
 	// the default is the fastest of the sizes tried on the emulated
-	// cluster (docs/PERFORMANCE.md, "Hierarchical collectives on the
-	// emulated cluster").
+	// cluster (docs/DEFAULTS.md, "Hierarchical chunks").
 	hierarchicalChunkBytes = 8 << 20
 	// maxHierarchicalChunks bounds the number of chunks, so that every
 	// chunk's phase has hierarchicalChunkSpan steps of its own.

@@ -193,7 +193,8 @@ func mergePasses(k float64, n, parts int) float64 {
 // sorted (index, value) streams than by adding dense arrays, the default
 // of SparseGamma when it is not calibrated. Benchmarks: the merge kernels'
 // (go test -bench . ./sparse/) against the dense add's (go test -bench
-// ReduceInto ./collectives/); figures in docs/PERFORMANCE.md, "Kernels".
+// ReduceInto ./collectives/); figures in docs/DEFAULTS.md, "Sparse-sum
+// kernels".
 const sparseMergeFactor = 4
 
 // sparseCodecFactor charges every byte a sparse message carries for being

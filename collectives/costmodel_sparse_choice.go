@@ -11,7 +11,8 @@ import (
 // two thresholds, rdFitsSparse and denseUnionFraction, where the per-byte
 // charges are known to understate what an algorithm costs. Each threshold
 // names the scripts/perf.sh runs that justify it; their figures are in
-// docs/PERFORMANCE.md, "Sparse allreduce".
+// docs/DEFAULTS.md, "Recursive doubling threshold", and
+// docs/ALGORITHMS-sparse.md, "How AlgoAuto chooses".
 
 // ChooseSparse returns the sparse allreduce algorithm predicted fastest,
 // each with the better of raw indices (PredictSparse) and packed ones
@@ -100,8 +101,8 @@ func (m CostModel) ChooseSparseIndices(a Algo, p, dim, valueSize int, nnz []int)
 // algorithm on 4 ranks at 1% each (a 32nd of the dimension in all), and
 // sparcml bench --op sparse-allreduce --sizes 16M --algo ssar-rd|ssar-split
 // at 0.005% to 0.1% on 4 and 8 ranks, local and on the emulated cluster
-// (docs/PERFORMANCE.md, "Sparse allreduce"): ahead or even up to about
-// 7,000 entries in all, behind from 13,000.
+// (docs/DEFAULTS.md, "Recursive doubling threshold", gives the
+// crossover).
 func rdFitsSparse(dim int, nnz []int) bool {
 	total := 0
 	for _, k := range nnz {
@@ -175,8 +176,8 @@ func (m CostModel) chooseSparseOrDenseWire(p, dim int, w spWire, nnz []int) spCh
 // counts the CPU each one costs. Below half the model decides: on 4 hosts
 // at 10% (a union of 34%) on the emulated cluster at 1 Gbit/s ssar-split
 // takes about 0.6x DSAR's time, as the model predicts, and on loopback
-// the model still picks DSAR there (docs/PERFORMANCE.md, "Emulated
-// cluster").
+// the model still picks DSAR there (docs/ALGORITHMS-sparse.md, "How
+// AlgoAuto chooses").
 const denseUnionFraction = 0.5
 
 // expectedUnion is the expected fraction of the dimension covered by the

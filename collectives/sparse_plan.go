@@ -17,7 +17,8 @@ import (
 // decisions without the exchange, saving its ceil(log2 P) message rounds,
 // the synchronisation of every rank they amount to, and the model's
 // choice, which weigh most on short operations (docs/PERFORMANCE.md,
-// "Emulated cluster": sparcml bench --algo auto,auto-tensor). The public API's
+// "Auto against the best forced algorithm": sparcml bench --algo
+// auto,auto-tensor). The public API's
 // communicators keep each plan of a named tensor (sparcml.WithTensor) for
 // SPARCML_SPARSE_AGREE_EVERY calls. A plan gives the right sum for any
 // inputs; it is as fast as the inputs it was made from are like the new
@@ -144,7 +145,7 @@ func isSplitAlgo(a Algo) bool { return a == AlgoSSARSplitAllgather || a == AlgoD
 // phase allgathers the ranges dense, so the longest one sets its time.
 // Benchmark: sparcml bench --op sparse-allreduce --dist powerlaw --algo
 // ssar-split,allgather,dsar,auto with and without --balanced on the
-// emulated cluster (docs/PERFORMANCE.md, "Balanced ranges on a power-law
+// emulated cluster (docs/DEFAULTS.md, "Balanced ranges on a power-law
 // support").
 func splitBounds(algo Algo, opts SparseOptions, ag *spAgreement, dim, p int) []int {
 	if opts.Balanced || (opts.Algo == AlgoAuto && algo == AlgoSSARSplitAllgather) {

@@ -63,8 +63,8 @@ type Config struct {
 	// large message from a timer, and on a busy host that timer fires
 	// late, so that medium-sized round trips over loopback now and then
 	// take several times as long (scripts/ab-p2p.sh alternating
-	// SPARCML_TCP_CONGESTION=system with auto shows it; docs/PERFORMANCE.md,
-	// "p2p"). Pacing spares a network's queues, which a loopback
+	// SPARCML_TCP_CONGESTION=system with auto shows it; docs/DEFAULTS.md,
+	// "Congestion control on loopback"). Pacing spares a network's queues, which a loopback
 	// connection does not have.
 	// "system" keeps the kernel's choice everywhere. Any other value is
 	// the algorithm every connection must use (see

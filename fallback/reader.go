@@ -213,7 +213,7 @@ func (fr *frameReader) discard(n int) error {
 // a very large payload still overlaps with its sending. Both values come
 // from builds that differ only in them, alternated with scripts/ab-p2p.sh
 // one message at a time and 16 in flight, from 128 KiB to 64 MiB
-// (docs/PERFORMANCE.md, "p2p").
+// (docs/DEFAULTS.md, "SO_RCVLOWAT").
 const (
 	lowatMin = 512 << 10
 	lowatCap = 4 << 20

@@ -20,9 +20,9 @@ import (
 // peer the next message comes from, and one such hand-off per message
 // over a plain socket makes a round trip much slower than the socket's
 // own (BenchmarkHandoffPingPong measures it against a direct read; the
-// figures are in docs/PERFORMANCE.md, "p2p"). So a goroutine waiting for
-// a receive reads the socket itself
-// when nobody else is, and the runtime's network poller wakes exactly that
+// figures are in docs/DEFAULTS.md, "What the transport adds"). So a
+// goroutine waiting for a receive reads the socket itself when nobody
+// else is, and the runtime's network poller wakes exactly that
 // goroutine when the data arrives, as it wakes the caller of a plain
 // net.Conn Read.
 //

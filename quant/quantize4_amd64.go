@@ -10,7 +10,8 @@ import "golang.org/x/sys/cpu"
 // kernels (quantize4_amd64.s): 4 pairs at a time with AVX2, 8 with
 // AVX-512F+DQ where the CPU has it (native 64-bit multiplies and float64
 // to integer conversions make that one faster again; BenchmarkEncodeQ4Paths
-// compares the paths, figures in docs/PERFORMANCE.md). An AVX2 kernel
+// compares the paths, figures in docs/DEFAULTS.md, "q4 quantizer and
+// unpacking paths"). An AVX2 kernel
 // also finds each bucket's maximum |x|. The kernels make exactly the
 // scalar draws (SplitMix64 is counter-based: draw k from state s is
 // mix(s + k*gamma), so the lanes compute consecutive draws independently)

@@ -11,7 +11,8 @@
 # Sparse comparisons run after 40 warm-up operations (the MPI peer too),
 # the steady state a training job lives in, and again after 3, which
 # includes a new communicator's first operations (pooled buffers growing
-# to the messages' sizes; docs/PERFORMANCE.md, "Sparse allreduce").
+# to the messages' sizes; docs/PERFORMANCE.md, "Sparse allreduce and
+# auto's choice", and docs/DEFAULTS.md, "Receive headroom").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=bin/sparcml

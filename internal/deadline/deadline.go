@@ -6,8 +6,8 @@
 // per operation, and arming a timer can wake an idle thread to re-plan
 // the network poller's sleep: more context switches per small message
 // when cores are few (perf stat of sparcml bench --op p2p with and
-// without shared deadlines; docs/PERFORMANCE.md, "Point-to-point over
-// TCP", "What the transport adds"). So operations started close together
+// without shared deadlines; docs/DEFAULTS.md, "What the transport
+// adds"). So operations started close together
 // whose contexts are cancelled together (the same Done channel: the same
 // parent, or none) share one deadline context: a new one is made at most
 // once per Slack(timeout), with its deadline that much later, so

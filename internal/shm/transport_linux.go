@@ -120,7 +120,7 @@ func (t *Transport) Name() string { return "shm" }
 // larger than the collectives' default pay those less often, and the
 // copies, not the wire, are what the pipeline overlaps here. 4 MiB was
 // the fastest of 0.5-4 MiB for 16M float32 at P = 4 and 8 (sparcml bench
-// --transport shm, alternated; docs/PERFORMANCE.md, "Shared memory").
+// --transport shm, alternated; docs/DEFAULTS.md, "Segment sizes").
 func (t *Transport) Caps() transport.Capabilities { return t.caps }
 
 const segmentBytes = 4 << 20

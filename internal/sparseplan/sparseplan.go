@@ -26,7 +26,7 @@
 // alike), and the calls that would have reused it exchange themselves.
 // Benchmark: sparcml bench --op sparse-allreduce --density 0.001 --algo
 // ssar-split,auto,auto-tensor on the emulated cluster (docs/PERFORMANCE.md,
-// "Emulated cluster").
+// "Auto against the best forced algorithm").
 package sparseplan
 
 import (

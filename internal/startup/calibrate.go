@@ -84,8 +84,8 @@ func Calibrate(ctx context.Context, l Link, topo topology.Topology) (collectives
 // count. The median, not the slowest rank's figure: a rank whose runs
 // the kernel's other work took over (softirqs of the emulated links at 10
 // Gbit/s, a process of the last job still exiting) would otherwise price
-// every rank's reductions, as one start-up on the emulated cluster did
-// (docs/PERFORMANCE.md, "Emulated cluster").
+// every rank's reductions (docs/PERFORMANCE.md, "Start-up and
+// calibration").
 func medianByColumn(rows []float64, cols int) []float64 {
 	n := len(rows) / cols
 	out := make([]float64, cols)
@@ -205,8 +205,9 @@ func measureGamma() float64 {
 // cores a merge takes a share of a core, and so it does here, every rank
 // timing at once. The best of a few runs would catch a rank alone on a
 // core and price those reductions as if the cores were not shared
-// (docs/PERFORMANCE.md, "Emulated cluster": predicted_us against the
-// time of each algorithm, side by side).
+// (docs/PERFORMANCE.md, "Auto against the best forced algorithm", whose
+// bench/results/cluster.md puts predicted_us next to the time of each
+// algorithm, side by side).
 func measureSparseGamma() float64 {
 	// Large enough to leave the caches, as real gradients do.
 	const dim, nnz, runs = 4 << 20, 400 << 10, 7
