@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -64,6 +65,13 @@ func Authenticate(conn net.Conn, token []byte, client bool, deadline time.Time) 
 				// Silence is not a refusal: on a lossy link the
 				// retransmissions can outlast the deadline.
 				return fmt.Errorf("auth: no proof from the server before the handshake deadline: %w", err)
+			}
+			if errors.Is(err, syscall.ECONNRESET) {
+				// A refusal closes after reading the proof (EOF); a
+				// reset is the server's process ending mid-handshake
+				// (the kill soak, test/soak, found it read as a wrong
+				// token), which a retry may diagnose as such.
+				return fmt.Errorf("auth: the server's end reset the connection before its proof (its process ended?): %w", err)
 			}
 			return fmt.Errorf("%w: server closed the connection (wrong token?): %w", ErrAuth, err)
 		}

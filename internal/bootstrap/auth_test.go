@@ -14,8 +14,10 @@ import (
 // A client whose server goes silent after the nonces (a lossy link whose
 // retransmissions outlast the deadline) gets a timeout it may retry, not
 // ErrAuth; one whose server closes after the client's proof (a wrong
-// token) gets ErrAuth. The silent and closing servers are the real server
-// side of Authenticate up to its read of the client's proof.
+// token) gets ErrAuth; one whose server's process ends before its proof
+// (the kernel resets the connection) gets an error it may retry, not
+// ErrAuth: rank 0 died, the token is not wrong. The servers are the real
+// server side of Authenticate up to its read of the client's proof.
 func TestAuthenticateTimeoutIsNotRefusal(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -24,6 +26,7 @@ func TestAuthenticateTimeoutIsNotRefusal(t *testing.T) {
 	}{
 		{"silent server", func(c net.Conn) { time.Sleep(2 * time.Second); c.Close() }, false},
 		{"closing server", func(c net.Conn) { c.Close() }, true},
+		{"dying server", func(c net.Conn) { c.(*net.TCPConn).SetLinger(0); c.Close() }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, server := tcpPair(t)
