@@ -78,8 +78,7 @@ type Var struct {
 	// Secret values are never logged.
 	Secret bool
 	// Advanced variables tune the transports and the start-up; the
-	// documentation lists them apart from those a user sets to run a
-	// job.
+	// documentation lists them apart from those every user may set.
 	Advanced bool
 	// parse checks value and stores it in s.
 	parse func(s *Settings, value string) error
