@@ -27,7 +27,7 @@ func onRanks(size int, fn func(c *sparcml.Comm)) {
 
 // Each of two ranks sends the 2 largest of its 8 gradient entries (density
 // 0.25); the result is their average, and what was not sent stays in the
-// residual for the next step (TestCompressorExampleResidual checks it).
+// residual for the next step (TestCompressorExampleResiduals checks it).
 func ExampleCompressor() {
 	onRanks(2, func(c *sparcml.Comm) {
 		ctx := context.Background()
@@ -58,7 +58,7 @@ func ExampleCompressor() {
 // The same two gradients with the global scope: the ranks' selections sum
 // to -8 at index 1, 6 at 3 and -1 at 7 (4 - 5), and only the k = 2 largest
 // of those sums are kept. Index 7 is dropped, so each rank's entry there
-// goes back into its residual (TestCompressorGlobalExampleResidual checks
+// goes back into its residual (TestCompressorExampleResiduals checks
 // it).
 func ExampleCompressor_globalScope() {
 	onRanks(2, func(c *sparcml.Comm) {

@@ -553,55 +553,43 @@ func TestCompressorEdgeValues(t *testing.T) {
 	}
 }
 
-// ExampleCompressor's residual: what rank 0 did not send, its entries
-// other than the two largest.
-func TestCompressorExampleResidual(t *testing.T) {
-	comms := localJob(t, 2)
-	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
-		z, err := NewCompressor[float32](c, 8, CompressorConfig{Sparsify: compress.Config{Density: 0.25}})
-		if err != nil {
-			return err
-		}
-		grad := []float32{1, -8, 2, 0, 3, 0, 0, 4}
-		if c.Rank() == 1 {
-			grad = []float32{0, 2, 0, 6, 1, 0, 0, -5}
-		}
-		if _, err := z.Reduce(ctx, grad); err != nil {
-			return err
-		}
-		if want := []float32{1, 0, 2, 0, 3, 0, 0, 0}; c.Rank() == 0 && !slices.Equal(z.sp.Residual(), want) {
-			return fmt.Errorf("residual %v, want %v", z.sp.Residual(), want)
-		}
-		return nil
-	})
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
-}
-
-// ExampleCompressor_globalScope's residual: rank 0 sent -8 at index 1 and
-// 4 at index 7, and the global selection dropped index 7's sum, so the 4
-// goes back into the residual beside the entries it did not send.
-func TestCompressorGlobalExampleResidual(t *testing.T) {
-	comms := localJob(t, 2)
-	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
-		z, err := NewCompressor[float32](c, 8, CompressorConfig{Sparsify: compress.Config{Density: 0.25}, Scope: compress.ScopeGlobal})
-		if err != nil {
-			return err
-		}
-		grad := []float32{1, -8, 2, 0, 3, 0, 0, 4}
-		if c.Rank() == 1 {
-			grad = []float32{0, 2, 0, 6, 1, 0, 0, -5}
-		}
-		if _, err := z.Reduce(ctx, grad); err != nil {
-			return err
-		}
-		if want := []float32{1, 0, 2, 0, 3, 0, 0, 4}; c.Rank() == 0 && !slices.Equal(z.sp.Residual(), want) {
-			return fmt.Errorf("residual %v, want %v", z.sp.Residual(), want)
-		}
-		return nil
-	})
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
+// The residuals the examples leave on rank 0. ExampleCompressor: what
+// rank 0 did not send, its entries other than the two largest.
+// ExampleCompressor_globalScope: rank 0 sent -8 at index 1 and 4 at
+// index 7, and the global selection dropped index 7's sum, so the 4 goes
+// back into the residual beside the entries it did not send.
+func TestCompressorExampleResiduals(t *testing.T) {
+	for _, tc := range []struct {
+		example string
+		scope   compress.Scope
+		want    []float32
+	}{
+		{"ExampleCompressor", compress.ScopeUnion, []float32{1, 0, 2, 0, 3, 0, 0, 0}},
+		{"ExampleCompressor_globalScope", compress.ScopeGlobal, []float32{1, 0, 2, 0, 3, 0, 0, 4}},
+	} {
+		t.Run(tc.example, func(t *testing.T) {
+			comms := localJob(t, 2)
+			errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+				cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.25}, Scope: tc.scope}
+				z, err := NewCompressor[float32](c, 8, cfg)
+				if err != nil {
+					return err
+				}
+				grad := []float32{1, -8, 2, 0, 3, 0, 0, 4}
+				if c.Rank() == 1 {
+					grad = []float32{0, 2, 0, 6, 1, 0, 0, -5}
+				}
+				if _, err := z.Reduce(ctx, grad); err != nil {
+					return err
+				}
+				if c.Rank() == 0 && !slices.Equal(z.sp.Residual(), tc.want) {
+					return fmt.Errorf("residual %v, want %v", z.sp.Residual(), tc.want)
+				}
+				return nil
+			})
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+		})
 	}
 }
