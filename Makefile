@@ -197,8 +197,9 @@ install: lib
 		capi/sparcml.pc.in > $(P)/lib/pkgconfig/sparcml.pc
 
 # The Python tests run in $(VENV): the newest torch from PyPI, NumPy,
-# pytest and ruff (scripts/venv.sh; pip's download cache stays outside the
-# clone, in $$PIP_CACHE_DIR or ~/.cache/pip).
+# pytest and ruff. scripts/venv.sh keeps the environment outside the clone
+# ($$SPARCML_VENV_HOME, default ~/.cache/sparcml) and links $(VENV) to it, so
+# a fresh clone does not download torch again.
 VENV    ?= .venv
 VENV_PY := $(VENV)/bin/python
 
