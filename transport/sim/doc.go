@@ -58,7 +58,7 @@
 // ComputeMeasured charges the process's CPU time while a goroutine ran
 // between two transport calls (only one runs at a time); ComputeNone
 // charges nothing, for the closed forms of docs/ALGORITHMS.md. With
-// Cores, every charge (computation and Overhead) runs on one of Cores
-// cores shared by the whole job, first come first served: the one machine
-// an emulated cluster's hosts share.
+// Cores, every charge (computation and a send's Overhead) runs on one of
+// Cores cores shared by the whole job, first come first served: the one
+// machine an emulated cluster's hosts share.
 package sim

@@ -91,9 +91,10 @@ type Config struct {
 
 	Compute Compute
 	// Cores is the number of CPU cores every rank's charged time
-	// (Compute, Overhead) runs on, shared by the whole job, first come
-	// first served: the one machine of an emulated cluster, whose hosts
-	// take turns on its cores. 0 gives every goroutine a core of its own.
+	// (Compute, a send's Overhead) runs on, shared by the whole job,
+	// first come first served: the one machine of an emulated cluster,
+	// whose hosts take turns on its cores. 0 gives every goroutine a
+	// core of its own.
 	Cores int
 	// SegmentBytes is the segment size the transport asks the
 	// collectives for (transport.Capabilities.SegmentBytes); 0 leaves their default.
