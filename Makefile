@@ -21,7 +21,7 @@ RACE_PKGS := ./transport/... ./collectives/... ./fallback/... ./internal/bootstr
 	./internal/world ./internal/sparseplan ./internal/flight ./internal/startup ./internal/topology ./internal/deadline ./internal/apihook \
 	./train ./train/model
 
-.PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults test-faults-soak test-faults-soak-short lint fmt fuzz bench bench-cluster bench-train-cluster clean help
+.PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults test-faults-soak test-faults-soak-short lint fmt fuzz bench bench-cluster bench-train-cluster sim-validate clean help
 .PHONY: lib install deps-python test-bindings
 
 all: build
@@ -37,6 +37,7 @@ help:
 	@echo "make install  install the library, header and pkg-config file under PREFIX (default /usr/local)"
 	@echo "make bench    dense collective benchmarks (see docs/PERFORMANCE.md)"
 	@echo "make bench-cluster  sparcml against Open MPI on emulated 4- and 8-host clusters (bench/results/)"
+	@echo "make sim-validate  sparcml sim against the emulated cluster's measured medians (bench/results/sim-validate.md; SIM_VALIDATE_FLAGS=--bench measures first)"
 	@echo "make bench-train-cluster  sparcml train on emulated 8-host clusters: epoch time and time to accuracy (bench/results/)"
 	@echo "make fuzz     run every fuzz target for FUZZTIME (default 30s) each"
 
@@ -150,6 +151,15 @@ bench-cluster: build deps-mpi
 	cd test/cluster/plot && $(GO) run . -in ../../../bench/results/cluster.jsonl \
 		-md ../../../bench/results/cluster.md -png ../../../bench/results/cluster.png
 	@cat bench/results/cluster.md
+
+# The simulator against the emulated cluster (not part of `make test`):
+# every 1 Gbit/s case of bench-cluster's results at 4 and 8 hosts (dense
+# 16M, sparse 1% uniform) simulated with its own job's calibration, the
+# ratio to the measured median (docs/SIMULATION.md). --bench measures the
+# cases on the emulated cluster first.
+SIM_VALIDATE_FLAGS ?=
+sim-validate:
+	bash scripts/sim-validate.sh $(SIM_VALIDATE_FLAGS)
 
 # sparcml train on emulated clusters (not part of `make test`): sparse
 # logistic regression at 1 Gbit/s, the exact sparse reduction against the

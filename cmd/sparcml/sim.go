@@ -21,6 +21,7 @@ type simResult struct {
 	BestForcedUS     float64 `json:"best_forced_us,omitempty"`
 	Topology         string  `json:"topology"`
 	Compute          string  `json:"compute"`
+	Cores            int     `json:"cores,omitempty"`
 	RateGbit         float64 `json:"rate_gbit"`
 	LatencyUS        float64 `json:"latency_us"`
 	WallSeconds      float64 `json:"-"` // machine time: not part of the deterministic output
@@ -140,5 +141,5 @@ func simRow(cfg *simConfig, c simrun.Case, p int, res simrun.Result) simResult {
 		GammaGBps: 1 / cfg.model.Gamma / 1e9, SparseGammaGBps: 1 / cfg.model.SparseGammaOrDefault() / 1e9}
 	return simResult{result: r, SimTimeUS: us, BusiestLink: res.Busiest.Name, BusiestLinkBytes: res.Busiest.Bytes,
 		Topology: cfg.machine.Topology.String(), Compute: cfg.machine.Compute.Mode.String(),
-		RateGbit: cfg.machine.Rate * 8 / 1e9, LatencyUS: cfg.machine.Latency * 1e6}
+		Cores: cfg.machine.Cores, RateGbit: cfg.machine.Rate * 8 / 1e9, LatencyUS: cfg.machine.Latency * 1e6}
 }

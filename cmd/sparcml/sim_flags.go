@@ -63,6 +63,7 @@ func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
 	fs.StringVar(&v.calibration, "calibration", "", "a `sparcml bench --format json` output: the network and kernels of its first row's cost_model replace --rate, --latency and the model's")
 	fs.StringVar(&v.compute, "compute", "model", "computation in virtual time: model (bytes over the cost model's kernel rate)|measured (CPU time the kernel took, times --compute-factor)|none")
 	fs.Float64Var(&cfg.machine.Compute.Factor, "compute-factor", 1, "with --compute measured: scale of the measured time")
+	fs.IntVar(&cfg.machine.Cores, "cores", 0, "CPU cores that every rank's computation and send overhead share, first come first served (the one machine of an emulated cluster); 0: a core per rank")
 	fs.StringVar(&cfg.plot, "plot", "", "write an SVG plot of simulated time against ranks to this file")
 	fs.SetOutput(io.Discard)
 	return fs
@@ -126,6 +127,9 @@ func parseSimFlags(args []string) (*simConfig, error) {
 	}
 	if m.Compute.Mode, err = sim.ParseComputeMode(v.compute); err != nil {
 		return nil, usagef("--compute: %v", err)
+	}
+	if m.Cores < 0 {
+		return nil, usagef("--cores %d", m.Cores)
 	}
 	cfg.model = collectives.DefaultCostModel
 	if v.calibration != "" {

@@ -49,8 +49,12 @@ func (s *simReporter) row(r simResult) error {
 	default:
 		if !s.header {
 			s.header = true
-			fmt.Fprintf(s.w, "# sparcml sim: op=%s dtype=%s topology=%s rate=%gGbit/s latency=%gus compute=%s; times in simulated us, bandwidths in GB/s\n",
-				r.Op, r.DType, r.Topology, r.RateGbit, r.LatencyUS, r.Compute)
+			cores := ""
+			if r.Cores > 0 {
+				cores = fmt.Sprintf(" cores=%d", r.Cores)
+			}
+			fmt.Fprintf(s.w, "# sparcml sim: op=%s dtype=%s topology=%s rate=%gGbit/s latency=%gus compute=%s%s; times in simulated us, bandwidths in GB/s\n",
+				r.Op, r.DType, r.Topology, r.RateGbit, r.LatencyUS, r.Compute, cores)
 			fmt.Fprintf(s.w, "%5s %10s %12s %8s %20s %12s %9s %9s %12s %12s %12s %12s %18s %11s %7s %7s\n", "np", "n", "bytes", "density",
 				"algo", "sim_us", "algbw", "busbw", "sent/rank", "busiest_link", "predict_us", "predict_B", "best_forced", "best_us",
 				"check", "#wrong")

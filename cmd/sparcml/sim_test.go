@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -101,5 +102,31 @@ func TestSimAlgoAllSkipsWhatDoesNotApply(t *testing.T) {
 	}
 	if _, err := parseSimFlags([]string{"--algo", "hierarchical", "--topology", "flat"}); err == nil {
 		t.Error("--algo hierarchical on a flat topology was accepted")
+	}
+}
+
+// TestSimCores: --cores shares the machine's cores among the ranks: 8
+// ranks merging on 2 cores take longer than on a core each, the row says
+// so, and a negative count is refused.
+func TestSimCores(t *testing.T) {
+	args := []string{"-n", "8", "--op", "sparse-allreduce", "--sizes", "256K", "--density", "0.05", "--algo", "ssar-rd", "--format", "json"}
+	own, shared := runSimCmd(t, args...), runSimCmd(t, append(args, "--cores", "2")...)
+	simUS := func(out []byte) float64 {
+		var row struct {
+			SimUS float64 `json:"sim_time_us"`
+		}
+		if err := json.Unmarshal(bytes.TrimSpace(out), &row); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return row.SimUS
+	}
+	if a, b := simUS(own), simUS(shared); !(b > a) {
+		t.Errorf("8 ranks on 2 cores: %v us, on a core each %v us", b, a)
+	}
+	if !bytes.Contains(shared, []byte(`"cores":2`)) || bytes.Contains(own, []byte(`"cores"`)) {
+		t.Errorf("cores field: %s / %s", own, shared)
+	}
+	if _, err := parseSimFlags([]string{"--cores", "-1"}); err == nil {
+		t.Error("--cores -1 accepted")
 	}
 }

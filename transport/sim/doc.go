@@ -55,7 +55,10 @@
 // charges the bytes each reduction and merge of the collectives reports
 // (transport.Work, a no-op on other transports) at the cost model's kernel
 // rate (Gamma dense, SparseGamma sparse) to the goroutine that ran it;
-// ComputeMeasured charges the wall time a goroutine ran between two
-// transport calls (only one runs at a time); ComputeNone charges nothing,
-// for the closed forms of docs/ALGORITHMS.md.
+// ComputeMeasured charges the process's CPU time while a goroutine ran
+// between two transport calls (only one runs at a time); ComputeNone
+// charges nothing, for the closed forms of docs/ALGORITHMS.md. With
+// Cores, every charge (computation and a send's Overhead) runs on one of
+// Cores cores shared by the whole job, first come first served: the one
+// machine an emulated cluster's hosts share.
 package sim

@@ -164,6 +164,30 @@ func (w *World) cross(m *message, i int, head float64) {
 	m.deliver(end)
 }
 
+// cores are the machine's CPU cores (Config.Cores), each free from its
+// time on; none means a core per goroutine. Work is requested in the
+// order of virtual time (the scheduler runs the earliest goroutine), so
+// giving each piece to the core that frees first is first come, first
+// served.
+type cores []float64
+
+// run places d seconds of work requested at now on the core that frees
+// first and returns when it ends.
+func (c cores) run(now, d float64) float64 {
+	if len(c) == 0 {
+		return now + d
+	}
+	first := 0
+	for i, free := range c {
+		if free < c[first] {
+			first = i
+		}
+	}
+	end := max(now, c[first]) + d
+	c[first] = end
+	return end
+}
+
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // validate checks cfg and fills in its defaults.
@@ -175,6 +199,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("sim: rate %v bytes/s", c.Rate)
 	case c.Latency < 0 || c.Overhead < 0 || c.Gap < 0:
 		return fmt.Errorf("sim: negative latency, overhead or gap")
+	case c.Cores < 0:
+		return fmt.Errorf("sim: %d cores", c.Cores)
 	case c.Topology < Flat || c.Topology > FatTree:
 		return fmt.Errorf("sim: unknown topology %v", c.Topology)
 	}

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"errors"
-	"time"
 
 	"github.com/sparcml/sparcml/transport"
 )
@@ -21,8 +20,8 @@ type gor struct {
 	id    uint64 // start order: breaks ties between equal clocks
 	clock float64
 	wake  chan struct{}
-	index int // in the run queue, -1 when not queued
-	since time.Time
+	index int     // in the run queue, -1 when not queued
+	since float64 // cpuNow when it last resumed (ComputeMeasured)
 }
 
 // event is something the network does at a time: a message reaching a
@@ -154,29 +153,29 @@ func (w *World) switchFrom(g *gor) {
 
 func (w *World) resumed(g *gor) {
 	if w.compute.Mode == ComputeMeasured {
-		g.since = time.Now()
+		g.since = cpuNow()
 	}
 }
 
 // charge moves the current goroutine's clock on by d seconds (the work it
-// just did) and lets every goroutine and event before it run first.
+// just did) on a core (Config.Cores) and lets every goroutine and event before it run first.
 func (w *World) charge(d float64) {
 	g := w.cur
 	if d <= 0 || g == nil {
 		return
 	}
-	g.clock += d
+	g.clock = w.cpu.run(g.clock, d)
 	w.ready(g)
 	w.switchFrom(g)
 }
 
 // enter is called at every transport call of the running goroutine: with
-// measured compute, the wall time since it last resumed is its work.
+// measured compute, the CPU time since it last resumed is its work.
 func (w *World) enter() {
 	if w.compute.Mode != ComputeMeasured || w.cur == nil {
 		return
 	}
-	d := time.Since(w.cur.since).Seconds() * w.compute.Factor
+	d := (cpuNow() - w.cur.since) * w.compute.Factor
 	w.charge(d)
 }
 

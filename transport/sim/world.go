@@ -23,9 +23,10 @@ const (
 	// Compute.SparseGamma for sparse merges), to the goroutine that ran
 	// it. Deterministic.
 	ComputeModel ComputeMode = iota
-	// ComputeMeasured charges the wall time a goroutine ran between two
-	// calls into the transport (only one runs at a time, so that is its
-	// CPU time), times Compute.Factor.
+	// ComputeMeasured charges the CPU time of the process while a
+	// goroutine ran between two calls into the transport (only one runs
+	// at a time, so that is its CPU time, the garbage collection of what
+	// it allocated included), times Compute.Factor.
 	ComputeMeasured
 	// ComputeNone charges nothing: only the network takes time.
 	ComputeNone
@@ -89,6 +90,12 @@ type Config struct {
 	Oversubscription float64
 
 	Compute Compute
+	// Cores is the number of CPU cores every rank's charged time
+	// (Compute, a send's Overhead) runs on, shared by the whole job,
+	// first come first served: the one machine of an emulated cluster,
+	// whose hosts take turns on its cores. 0 gives every goroutine a
+	// core of its own.
+	Cores int
 	// SegmentBytes is the segment size the transport asks the
 	// collectives for (transport.Capabilities.SegmentBytes); 0 leaves their default.
 	SegmentBytes int
@@ -114,6 +121,7 @@ type World struct {
 	idle    chan struct{}
 	panics  []any
 	compute Compute
+	cpu     cores
 }
 
 // New returns a world of cfg.Ranks connected transports.
@@ -122,7 +130,7 @@ func New(cfg Config) (*World, error) {
 		return nil, err
 	}
 	w := &World{cfg: cfg, net: newNetwork(cfg), waiting: make(map[*transport.Request]waiter),
-		idle: make(chan struct{}, 1), compute: cfg.Compute}
+		idle: make(chan struct{}, 1), compute: cfg.Compute, cpu: make(cores, cfg.Cores)}
 	for r := range cfg.Ranks {
 		t := &Transport{w: w, rank: r, m: transport.NewMatcher(r, 0)}
 		t.caps = transport.Capabilities{SegmentBytes: cfg.SegmentBytes, Go: t.goFn, NewSignal: t.newSignal, Work: t.work}
