@@ -258,13 +258,17 @@ class SparcmlBackend(_C10dBackend):
 
         def back():
             idx, summed = req.wait()  # completed: returns its result
-            summed = torch.from_numpy(summed)
-            keep = summed.ne(0).any(dim=1)
-            out = summed[keep]
+            out = torch.from_numpy(summed)
+            keep = out.ne(0).any(dim=1)
+            if not bool(keep.all()):  # rows that summed to zero: dropped
+                idx, out = idx[keep.numpy()], out[keep]
             if kind == R.AVG:
                 out /= size
-            index = torch.from_numpy(np.stack(np.unravel_index(idx[keep.numpy()].astype(np.int64), sparse_shape)).astype(np.int64))
-            t.copy_(torch.sparse_coo_tensor(index.reshape(len(sparse_shape), -1), out.reshape((-1,) + dense_shape).to(t.dtype),
+            if len(sparse_shape) == 1:
+                index = torch.from_numpy(idx.astype(np.int64))[None]
+            else:
+                index = torch.from_numpy(np.stack(np.unravel_index(idx.astype(np.int64), sparse_shape)))
+            t.copy_(torch.sparse_coo_tensor(index, out.reshape((-1,) + dense_shape).to(t.dtype),
                                             shape, check_invariants=False, is_coalesced=True))
         return [req], back
 

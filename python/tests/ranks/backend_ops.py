@@ -246,6 +246,15 @@ def test_sparse_all_reduce_vs_gloo(rank, size):
         nonzero = theirs.values().ne(0).any(1)  # gloo keeps rows that summed to zero: none here
         assert ours.indices().tolist() == theirs.indices()[:, nonzero].tolist(), (crowd, ours.indices(), theirs.indices())
         torch.testing.assert_close(ours.values(), theirs.values()[nonzero])
+    # Two sparse dimensions: rows numbered row-major, unravelled back.
+    g = torch.Generator().manual_seed(rank)
+    idx = torch.stack([torch.randint(0, 20, (15,), generator=g), torch.randint(0, 30, (15,), generator=g)])
+    ours = torch.sparse_coo_tensor(idx, torch.randn(15, 4, generator=g), (20, 30, 4))
+    theirs = ours.clone()
+    dist.all_reduce(ours)
+    dist.all_reduce(theirs, group=gloo)
+    torch.testing.assert_close(ours.coalesce().indices(), theirs.coalesce().indices())
+    torch.testing.assert_close(ours.coalesce().values(), theirs.coalesce().values())
     dist.destroy_process_group(gloo)
 
 
