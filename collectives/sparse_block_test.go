@@ -272,3 +272,41 @@ func TestSparseBlockDenseRangeHasNoZeroRows(t *testing.T) {
 		}
 	}
 }
+
+// TestSparseBlockAverage: Avg divides every value of every row by P, on
+// every algorithm, as the sum of the reference divided in T.
+func TestSparseBlockAverage(t *testing.T) {
+	const p, rows, width = 3, 300, 5
+	in := spBlockInputs[float32](rand.New(rand.NewPCG(9, 9)), p, rows, width, "powerlaw")
+	ref := spBlockReference(in, width)
+	for row, vals := range ref {
+		for j := range vals {
+			ref[row][j] = vals[j] / p
+		}
+	}
+	for _, ac := range spBlockCases {
+		opts := ac.opts
+		opts.Reduce = collectives.Avg
+		outs, _, _, errs := spRun(t, in, opts)
+		for r, out := range outs {
+			if errs[r] != nil {
+				t.Fatalf("%s: rank %d: %v", ac.name, r, errs[r])
+			}
+			if err := spCheckBlockResult(out, ref, rows, width); err != nil {
+				t.Fatalf("%s: rank %d: %v", ac.name, r, err)
+			}
+		}
+	}
+}
+
+// TestSparseBlockHierarchicalRefused: the hierarchical schedule does not
+// take rows, and says so on every rank.
+func TestSparseBlockHierarchicalRefused(t *testing.T) {
+	in := spBlockInputs[float32](rand.New(rand.NewPCG(10, 10)), 3, 40, 4, "identical")
+	_, _, _, errs := spRun(t, in, collectives.SparseOptions{Algo: collectives.AlgoHierarchical})
+	for r, err := range errs {
+		if !errors.Is(err, transport.ErrInvalid) {
+			t.Fatalf("rank %d: %v, want ErrInvalid", r, err)
+		}
+	}
+}
