@@ -40,7 +40,7 @@ func allgatherAllreduce[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 // decoding of the bytes this rank sent (each input is quantized once, by
 // its rank, and every rank then sums the same values).
 func (c *spCall[T]) allgatherInputs() ([]*sparse.Vector[T], error) {
-	enc, err := c.encode(c.sc.get(sparse.CompactSize(c.in.NNZ(), c.in.Dim, c.es))[:0], c.in, 0, c.in.Dim)
+	enc, err := c.encode(c.sc.get(c.compactSize(c.in.NNZ(), c.in.Dim))[:0], c.in, 0, c.in.Dim)
 	if err != nil {
 		return nil, err
 	}

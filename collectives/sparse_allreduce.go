@@ -340,7 +340,7 @@ func (c *spCall[T]) encode(dst []byte, v *sparse.Vector[T], lo, hi int) ([]byte,
 // send buffers start from (a larger message makes the transport allocate).
 func (c *spCall[T]) resultGuess() int {
 	k := min(c.p*c.in.NNZ(), c.in.Dim)
-	return sparse.CompactSize(k, c.in.Dim, c.es)
+	return c.compactSize(k, c.in.Dim)
 }
 
 // decode decodes a peer's message into v and checks its dimension: a
@@ -540,4 +540,12 @@ func spCheckBlockOptions(op *Op, opts SparseOptions) error {
 			AlgoAuto, AlgoSSARRecursiveDoubling, AlgoSSARSplitAllgather, AlgoDSAR, AlgoSparseAllgather)
 	}
 	return nil
+}
+
+// compactSize is the size of the smaller encoding of nnz entries of a
+// dim-position range of this call's vectors, headroom for the block
+// header included: what a send buffer starts from, so the encoder does
+// not reallocate (BenchmarkSparseBlockAllreduce's allocations).
+func (c *spCall[T]) compactSize(nnz, dim int) int {
+	return sparse.CompactSize(nnz, dim, c.es) + sparse.BlockHeaderSize - sparse.HeaderSize
 }

@@ -25,7 +25,7 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 	rank, dim := c.rank, c.in.Dim
 	if rank < 2*g.extra && rank%2 == 0 {
 		// Folded out: hand the input to the partner, get the result back.
-		buf, err := c.encode(c.sc.get(sparse.CompactSize(c.in.NNZ(), dim, c.es))[:0], c.in, 0, dim)
+		buf, err := c.encode(c.sc.get(c.compactSize(c.in.NNZ(), dim))[:0], c.in, 0, dim)
 		if err != nil {
 			return err
 		}
@@ -98,7 +98,7 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 	}
 	c.sc.keep(sendBuf)
 	if rank < 2*g.extra {
-		buf, err := c.encode(c.sc.get(sparse.CompactSize(cur.NNZ(), dim, c.es))[:0], cur, 0, dim)
+		buf, err := c.encode(c.sc.get(c.compactSize(cur.NNZ(), dim))[:0], cur, 0, dim)
 		if err != nil {
 			return err
 		}

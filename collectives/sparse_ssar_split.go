@@ -47,11 +47,10 @@ func ssarSplitAllgather[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 // range, parts[q] from rank q, as vectors of the range's length.
 func (c *spCall[T]) scatterToOwners() ([]*sparse.Vector[T], error) {
 	lo, hi := c.bounds[c.rank], c.bounds[c.rank+1]
-	s := c.es
 	own := c.ownSlice(lo, hi)
 
 	// All outgoing slices go into one buffer, sent piece by piece.
-	buf := c.sc.get(sparse.CompactSize(c.in.NNZ(), c.in.Dim, s) + c.p*sparse.HeaderSize)[:0]
+	buf := c.sc.get(c.compactSize(c.in.NNZ(), c.in.Dim) + c.p*sparse.BlockHeaderSize)[:0]
 	start, end := make([]int, c.p), make([]int, c.p)
 	for i := 1; i < c.p; i++ {
 		q := (c.rank + i) % c.p
@@ -65,7 +64,7 @@ func (c *spCall[T]) scatterToOwners() ([]*sparse.Vector[T], error) {
 	c.sc.keep(buf)
 
 	reqs := make([]*transport.Request, c.p)
-	guess := sparse.CompactSize(own.NNZ(), hi-lo, s)
+	guess := c.compactSize(own.NNZ(), hi-lo)
 	for q := range c.p {
 		if q != c.rank {
 			reqs[q] = c.recv(q, spStepScatter, guess)
@@ -117,7 +116,7 @@ func (c *spCall[T]) ownSlice(lo, hi int) *sparse.Vector[T] {
 // writes their concatenation into out: dense when asked or when the total
 // of the ranges' entries passes the rule, else sparse.
 func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) error {
-	enc, err := c.encode(c.sc.get(sparse.CompactSize(red.NNZ(), red.Dim, c.es))[:0], red, 0, red.Dim)
+	enc, err := c.encode(c.sc.get(c.compactSize(red.NNZ(), red.Dim))[:0], red, 0, red.Dim)
 	if err != nil {
 		return err
 	}
