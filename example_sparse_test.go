@@ -181,3 +181,33 @@ func ExampleWithTensor() {
 	// 2 reused: false sum at 102 = 2
 	// 3 reused: true sum at 103 = 2
 }
+
+// Summing embedding gradients row by row: each rank touched a few rows of
+// a 1000 x 4 table, and every row travels as one index and its 4 values.
+// The result holds the touched rows, their sums in order.
+func ExampleNewRowSparseVector() {
+	comms, _ := sparcml.Local(2)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func(r int, c *sparcml.Comm) {
+			defer wg.Done()
+			// Rank r touched row 10*r and row 999.
+			rows := []uint32{uint32(10 * r), 999}
+			vals := []float32{1, 2, 3, 4, 1, 1, 1, 1}
+			in, err := sparcml.NewRowSparseVector(1000, 4, rows, vals)
+			if err != nil {
+				panic(err)
+			}
+			out := &sparcml.SparseVector[float32]{}
+			if _, err := sparcml.SparseAllreduce(context.Background(), c, in, out, sparcml.Sum); err != nil {
+				panic(err)
+			}
+			if r == 0 {
+				fmt.Println(out.Block, out.Indices, out.Values)
+			}
+		}(r, c)
+	}
+	wg.Wait()
+	// Output: 4 [0 10 999] [1 2 3 4 1 2 3 4 2 2 2 2]
+}

@@ -144,7 +144,7 @@ func sparseTicket[T Float](c *Comm, in *SparseVector[T], red ReduceOp, opts []Ca
 	if cc.agreeEvery < 0 {
 		return sparseplan.Ticket{}
 	}
-	key := sparseplan.Key{Tensor: cc.tensor, Dim: in.Dim, DType: collectives.DTypeOf[T](), Red: red, Algo: cc.algo,
+	key := sparseplan.Key{Tensor: cc.tensor, Dim: in.Dim, Block: in.BlockLen(), DType: collectives.DTypeOf[T](), Red: red, Algo: cc.algo,
 		Balanced: cc.balanced, Quant: cc.quant, Indices: cc.indices, Every: cc.agreeEvery}
 	return c.plans.Ticket(key, cc.tagged)
 }

@@ -20,8 +20,26 @@ import "github.com/sparcml/sparcml/sparse"
 //   - Normalize: sorts the entries and sums repeated indices;
 //   - Validate: reports the first broken invariant;
 //   - Densify and Compact: switch to dense, or to the smaller form;
-//   - CopyFrom and Reset: reuse a vector's buffers.
+//   - CopyFrom and Reset: reuse a vector's buffers;
+//   - Sparsify: the stored entries (rows) holding a nonzero value, whatever
+//     the form.
+//
+// A row-sparse vector (Block > 1, built with NewRowSparseVector) is a
+// matrix of Dim rows of Block values each, an embedding gradient for
+// instance: each index addresses a row, Values holds len(Indices)*Block
+// values (Dim*Block dense), and a row travels as one index and its values.
+// SparseAllreduce sums such vectors with every algorithm but
+// AlgoHierarchical, exactly (WithQuant is refused).
 type SparseVector[T Float] = sparse.Vector[T]
+
+// NewRowSparseVector returns a row-sparse vector of rows rows of width
+// values each, holding the rows at indices (strictly increasing, below
+// rows) whose values follow one another in values (len(indices)*width of
+// them). It takes ownership of both slices. An error wrapping ErrInvalid
+// of package sparse says what is wrong.
+func NewRowSparseVector[T Float](rows, width int, indices []uint32, values []T) (*SparseVector[T], error) {
+	return sparse.NewBlockSparse(rows, width, indices, values)
+}
 
 // NewSparseVector returns a sparse vector of dimension dim holding values
 // at indices, which must be strictly increasing and below dim (an error

@@ -40,6 +40,7 @@ struct sparcml_result {
 	int dense;
 	int dtype;
 	int busy;               /* a pending request will fill it */
+	size_t width;           /* values per index (1: element result) */
 	uint32_t *indices;
 	size_t indices_cap;     /* in elements */
 	void *values;

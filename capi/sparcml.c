@@ -288,7 +288,7 @@ int sparcml_sparse_allreduce(sparcml_comm *comm, uint64_t dim, size_t nnz,
 			     const uint32_t *indices, const void *values,
 			     sparcml_dtype dtype, void *dense_out)
 {
-	return sparcmlGoSparseAllreduce(comm, dim, nnz, (uint32_t *)indices,
+	return sparcmlGoSparseAllreduce(comm, dim, 0, nnz, (uint32_t *)indices,
 					(void *)values, (int)dtype, dense_out,
 					NULL, NULL);
 }
@@ -300,7 +300,7 @@ int sparcml_start_sparse_allreduce(sparcml_comm *comm, uint64_t dim,
 {
 	if (!req)
 		return sparcmlGoFail(comm, "sparse-allreduce", "req is NULL");
-	return sparcmlGoSparseAllreduce(comm, dim, nnz, (uint32_t *)indices,
+	return sparcmlGoSparseAllreduce(comm, dim, 0, nnz, (uint32_t *)indices,
 					(void *)values, (int)dtype, dense_out,
 					NULL, req);
 }
@@ -312,7 +312,7 @@ int sparcml_sparse_allreduce_result(sparcml_comm *comm, uint64_t dim,
 {
 	if (!result)
 		return sparcmlGoFail(comm, "sparse-allreduce", "result is NULL");
-	return sparcmlGoSparseAllreduce(comm, dim, nnz, (uint32_t *)indices,
+	return sparcmlGoSparseAllreduce(comm, dim, 0, nnz, (uint32_t *)indices,
 					(void *)values, (int)dtype, NULL,
 					result, NULL);
 }
@@ -329,9 +329,40 @@ int sparcml_start_sparse_allreduce_result(sparcml_comm *comm, uint64_t dim,
 	*req = NULL;
 	if (!result)
 		return sparcmlGoFail(comm, "sparse-allreduce", "result is NULL");
-	return sparcmlGoSparseAllreduce(comm, dim, nnz, (uint32_t *)indices,
+	return sparcmlGoSparseAllreduce(comm, dim, 0, nnz, (uint32_t *)indices,
 					(void *)values, (int)dtype, NULL,
 					result, req);
+}
+
+int sparcml_sparse_allreduce_rows(sparcml_comm *comm, uint64_t rows,
+				  size_t width, size_t nrows,
+				  const uint32_t *row_indices,
+				  const void *values, sparcml_dtype dtype,
+				  sparcml_result *result)
+{
+	if (!result)
+		return sparcmlGoFail(comm, "sparse-allreduce", "result is NULL");
+	return sparcmlGoSparseAllreduce(comm, rows, width, nrows,
+					(uint32_t *)row_indices, (void *)values,
+					(int)dtype, NULL, result, NULL);
+}
+
+int sparcml_start_sparse_allreduce_rows(sparcml_comm *comm, uint64_t rows,
+					size_t width, size_t nrows,
+					const uint32_t *row_indices,
+					const void *values,
+					sparcml_dtype dtype,
+					sparcml_result *result,
+					sparcml_request **req)
+{
+	if (!req)
+		return sparcmlGoFail(comm, "sparse-allreduce", "req is NULL");
+	*req = NULL;
+	if (!result)
+		return sparcmlGoFail(comm, "sparse-allreduce", "result is NULL");
+	return sparcmlGoSparseAllreduce(comm, rows, width, nrows,
+					(uint32_t *)row_indices, (void *)values,
+					(int)dtype, NULL, result, req);
 }
 
 /* ---- Sparse results ---- */
@@ -391,6 +422,11 @@ const void *sparcml_result_values(const sparcml_result *result)
 sparcml_dtype sparcml_result_dtype(const sparcml_result *result)
 {
 	return result ? (sparcml_dtype)result->dtype : SPARCML_FLOAT32;
+}
+
+size_t sparcml_result_width(const sparcml_result *result)
+{
+	return result && result->width ? result->width : 1;
 }
 
 /* ---- Gradient compression ---- */

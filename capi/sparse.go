@@ -11,8 +11,12 @@ import (
 	"github.com/sparcml/sparcml/sparse"
 )
 
+// width is 0 for an element vector, else the row width of a row-sparse
+// one (dim rows, nnz rows stored, nnz*width values), whose result is
+// always sparse rows.
+//
 //export sparcmlGoSparseAllreduce
-func sparcmlGoSparseAllreduce(p *C.sparcml_comm, dim C.uint64_t, nnz C.size_t, indices *C.uint32_t, values unsafe.Pointer,
+func sparcmlGoSparseAllreduce(p *C.sparcml_comm, dim C.uint64_t, width C.size_t, nnz C.size_t, indices *C.uint32_t, values unsafe.Pointer,
 	dtype C.int, denseOut unsafe.Pointer, result *C.sparcml_result, req **C.sparcml_request) (status C.int) {
 	const op = "sparse-allreduce"
 	defer guard(&status, op)
@@ -27,10 +31,18 @@ func sparcmlGoSparseAllreduce(p *C.sparcml_comm, dim C.uint64_t, nnz C.size_t, i
 	if uint64(dim) > sparse.MaxDim {
 		return k.invalid("dimension %d exceeds 2^32", uint64(dim))
 	}
-	n, ok := k.checkBuf("values", values, nnz, esize)
+	if width > sparse.MaxBlock || uint64(dim)*uint64(max(width, 1)) > 1<<40 {
+		return k.invalid("%d rows of width %d: the width must be at most %d and rows*width at most 2^40", uint64(dim), uint64(width), sparse.MaxBlock)
+	}
+	b := max(int(width), 1)
+	if uint64(nnz) > uint64(dim) {
+		return k.invalid("%d rows stored of %d", uint64(nnz), uint64(dim))
+	}
+	nv, ok := k.checkBuf("values", values, nnz*C.size_t(b), esize)
 	if !ok {
 		return statusInvalid
 	}
+	n := nv / b
 	if indices == nil && n > 0 {
 		return k.invalid("indices is NULL (nnz %d)", n)
 	}
@@ -42,15 +54,15 @@ func sparcmlGoSparseAllreduce(p *C.sparcml_comm, dim C.uint64_t, nnz C.size_t, i
 			return k.invalid("the result is in use by a pending request")
 		}
 		// A failed call leaves the result empty, not half written.
-		result.busy, result.dim, result.nnz, result.dense = 1, 0, 0, 0
+		result.busy, result.dim, result.nnz, result.dense, result.width = 1, 0, 0, 0, 1
 		k.onRelease(func() { result.busy = 0 })
 	}
 	idx := unsafe.Slice((*uint32)(unsafe.Pointer(indices)), n)
 	if esize == 4 {
-		in := &sparcml.SparseVector[float32]{Dim: int(dim), Indices: idx, Values: unsafe.Slice((*float32)(values), n)}
+		in := &sparcml.SparseVector[float32]{Dim: int(dim), Block: int(width), Indices: idx, Values: unsafe.Slice((*float32)(values), nv)}
 		return sparseAllreduce(k, in, denseOut, result)
 	}
-	in := &sparcml.SparseVector[float64]{Dim: int(dim), Indices: idx, Values: unsafe.Slice((*float64)(values), n)}
+	in := &sparcml.SparseVector[float64]{Dim: int(dim), Block: int(width), Indices: idx, Values: unsafe.Slice((*float64)(values), nv)}
 	return sparseAllreduce(k, in, denseOut, result)
 }
 
@@ -63,7 +75,12 @@ func sparseAllreduce[T sparcml.Float](k *call, in *sparcml.SparseVector[T], dens
 	var after func() error
 	if result != nil {
 		out = resultVector[T](result)
-		after = func() error { return fillResult(result, out) }
+		after = func() error {
+			if in.IsBlock() {
+				out.Sparsify() // rows, never a matrix (sparcml_sparse_allreduce_rows)
+			}
+			return fillResult(result, out)
+		}
 	} else {
 		dst := unsafe.Slice((*T)(denseOut), in.Dim)
 		out = &sparcml.SparseVector[T]{Values: dst[:0]}
@@ -131,6 +148,7 @@ func fillResult[T sparcml.Float](result *C.sparcml_result, out *sparcml.SparseVe
 		copy(unsafe.Slice((*T)(p), len(out.Values)), out.Values)
 	}
 	result.dim = C.uint64_t(out.Dim)
+	result.width = C.size_t(out.BlockLen())
 	result.nnz = C.size_t(out.NNZ())
 	result.dense = 0
 	if out.Dense {

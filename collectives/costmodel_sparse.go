@@ -29,15 +29,15 @@ type SparsePrediction struct {
 }
 
 // spMsgBytes is the size of an encoded vector of n positions holding nnz
-// entries in the smaller form: sparse.CompactSize, on a possibly
-// fractional estimate.
-func spMsgBytes(nnz float64, n, s int) float64 {
+// entries of s bytes in the smaller form behind a header of hdr bytes:
+// sparse.CompactSize, on a possibly fractional estimate.
+func spMsgBytes(nnz float64, n, s, hdr int) float64 {
 	sparseBytes := nnz * float64(sparse.IndexSize+s)
 	denseBytes := float64(n * s)
 	if sparseBytes >= denseBytes {
-		return sparse.HeaderSize + denseBytes
+		return float64(hdr) + denseBytes
 	}
-	return sparse.HeaderSize + sparseBytes
+	return float64(hdr) + sparseBytes
 }
 
 // spWire is how entries travel: exact values of s bytes in the version-1
@@ -45,7 +45,8 @@ func spMsgBytes(nnz float64, n, s int) float64 {
 // with a lossy codec values in the codec's stream and indices compressed
 // (sparse.QuantCoder).
 type spWire struct {
-	s      int        // value size in memory, and on the wire when exact
+	s      int        // value size in memory, and on the wire when exact (a row's for a block vector)
+	hdr    int        // header of an exact message: version 1's, or the block encoding's
 	kind   quant.Kind // quant.None: exact
 	bucket int        // of the stochastic kinds
 	// packed: exact values, the indices of a sparse message packed when
@@ -66,7 +67,7 @@ func (w spWire) packedWith(m CostModel) spWire {
 // sparse vector in memory, and only when that is the smallest exact form
 // (the comparison of sparse.AppendEncodeRangePacked).
 func (w spWire) packs(nnz float64, n int, idx float64, memDense bool) bool {
-	return w.packed && !memDense && float64(sparse.PackedHeaderSize)+nnz*float64(w.s)+idx < spMsgBytes(nnz, n, w.s)
+	return w.packed && !memDense && float64(sparse.PackedHeaderSize)+nnz*float64(w.s)+idx < spMsgBytes(nnz, n, w.s, w.hdr)
 }
 
 // codecSecs is the index codec's time on each side for such a message (0
@@ -82,8 +83,19 @@ func spWireOf[T Float](kind quant.Kind) spWire {
 	return spWireFor(sparse.ValueSize[T](), kind)
 }
 
+// spWireOfVector is spWireOf for v's value type and entries: a block
+// vector's rows travel as values of EntrySize bytes behind the block
+// header.
+func spWireOfVector[T Float](v *sparse.Vector[T], kind quant.Kind) spWire {
+	w := spWireFor(v.EntrySize(), kind)
+	if v.IsBlock() {
+		w.hdr = sparse.BlockHeaderSize
+	}
+	return w
+}
+
 func spWireFor(valueSize int, kind quant.Kind) spWire {
-	w := spWire{s: valueSize, kind: kind}
+	w := spWire{s: valueSize, hdr: sparse.HeaderSize, kind: kind}
 	if kind.Stochastic() {
 		w.bucket = quant.DefaultBucketSize
 	}
@@ -107,8 +119,8 @@ func (w spWire) msg(nnz float64, n int, idx float64, memDense bool) (float64, bo
 		if w.packs(nnz, n, idx, memDense) {
 			return float64(sparse.PackedHeaderSize) + nnz*float64(w.s) + idx, false
 		}
-		b := spMsgBytes(nnz, n, w.s)
-		return b, b == sparse.HeaderSize+float64(n*w.s)
+		b := spMsgBytes(nnz, n, w.s, w.hdr)
+		return b, b == float64(w.hdr+n*w.s)
 	}
 	dense := sparse.QuantHeaderSize + w.values(float64(n))
 	if memDense || w.values(nnz)+idx >= w.values(float64(n)) {
@@ -129,7 +141,7 @@ func (w spWire) msg(nnz float64, n int, idx float64, memDense bool) (float64, bo
 func (w spWire) mem(nnz float64, n int, b float64, dense bool) float64 {
 	if !w.lossy() {
 		if w.packed && !dense {
-			return spMsgBytes(nnz, n, w.s)
+			return spMsgBytes(nnz, n, w.s, w.hdr)
 		}
 		return b
 	}
@@ -322,6 +334,9 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 		return SparsePrediction{Algo: a}
 	}
 	dim := inputs[0].Dim
+	if inputs[0].IsBlock() {
+		opts.Indices = IndexRaw // as SparseAllreduce sends rows
+	}
 	ex := spExact{idx: make([][]uint32, p), dense: make([]bool, p)}
 	for r, v := range inputs {
 		ex.idx[r], ex.dense[r] = v.Indices, v.Dense
@@ -329,7 +344,7 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 	var pred SparsePrediction
 	if isAllreduceAlgo(a) {
 		// The dense end of the switch: a dense allreduce of dim values.
-		vs := sparse.ValueSize[T]()
+		vs := inputs[0].EntrySize()
 		pred = SparsePrediction{Algo: a, BytesSent: make([]int64, p), MsgsSent: make([]int, p)}
 		pred.Seconds, _ = m.PredictAllreduce(a, dim*vs, p)
 		for r := range p {
@@ -343,7 +358,7 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 				agreed[r] = v.NNZ()
 			}
 		}
-		w := spChooseWire(m, opts, a, p, dim, inputs[0].NNZ(), spWireOf[T](opts.Quant), agreed)
+		w := spChooseWire(m, opts, a, p, dim, inputs[0].NNZ(), spWireOfVector(inputs[0], opts.Quant), agreed)
 		pred = spPredict(m, a, p, dim, w, ex, bounds)
 	}
 	if p > 1 && spAgrees(opts) {

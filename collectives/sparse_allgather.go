@@ -40,7 +40,7 @@ func allgatherAllreduce[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 // decoding of the bytes this rank sent (each input is quantized once, by
 // its rank, and every rank then sums the same values).
 func (c *spCall[T]) allgatherInputs() ([]*sparse.Vector[T], error) {
-	enc, err := c.encode(c.sc.get(sparse.CompactSize(c.in.NNZ(), c.in.Dim, sparse.ValueSize[T]()))[:0], c.in, 0, c.in.Dim)
+	enc, err := c.encode(c.sc.get(c.compactSize(c.in.NNZ(), c.in.Dim))[:0], c.in, 0, c.in.Dim)
 	if err != nil {
 		return nil, err
 	}
@@ -100,10 +100,14 @@ func SparseAllgatherWith[T Float](op *Op, in *sparse.Vector[T], out []*sparse.Ve
 		return out, sparseFailInvalid(op, "SparseAllgather needs an input vector")
 	}
 	op.Desc.Count = uint64(in.Dim)
+	op.Desc.Root = spBlockDesc(in)
 	if err := in.Validate(); err != nil {
 		return out, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.commRank(op.Rank()), err))
 	}
-	c := &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), sc: spScratch{pool: op.Pool}}
+	if in.IsBlock() && !opts.Quant.Lossless() {
+		return out, sparseFailInvalid(op, "a block vector travels exact: the lossy codec %v does not take rows", opts.Quant)
+	}
+	c := newSpCall(op, in)
 	parts := []*sparse.Vector[T]{in}
 	if c.p > 1 {
 		if err := c.setQuant(opts.Quant, opts.QuantSeed); err != nil {

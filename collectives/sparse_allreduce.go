@@ -140,8 +140,15 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 		return st, sparseFailInvalid(op, "SparseAllreduce needs distinct non-nil input and output vectors")
 	}
 	op.Desc.Count = uint64(in.Dim)
+	op.Desc.Root = spBlockDesc(in)
 	if err := in.Validate(); err != nil {
 		return st, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.commRank(op.Rank()), err))
+	}
+	if in.IsBlock() {
+		if err := spCheckBlockOptions(op, opts); err != nil {
+			return st, err
+		}
+		opts.Indices = IndexRaw // rows travel with raw indices (sparse/block.go)
 	}
 	if opts.Algo == AlgoHierarchical {
 		if opts.Model == (CostModel{}) {
@@ -165,7 +172,7 @@ func SparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], opts SparseOpti
 	if opts.Model == (CostModel{}) {
 		opts.Model = DefaultCostModel
 	}
-	c := &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), sc: spScratch{pool: op.Pool}}
+	c := newSpCall(op, in)
 	st.NNZIn = in.NNZ()
 	if c.p == 1 {
 		st.Algo = algoOr(opts.Algo, AlgoDirect)
@@ -235,7 +242,7 @@ func algoOr(a, def Algo) Algo {
 // in it: for the transport the whole call is one sparse allreduce.
 func denseSparseAllreduce[T Float](op *Op, in, out *sparse.Vector[T], red ReduceOp, algo Algo) error {
 	values := in.ToDense(out.Values[:0])
-	out.Dim, out.Dense, out.Values = in.Dim, true, values
+	out.Dim, out.Dense, out.Block, out.Values = in.Dim, true, in.Block, values
 	out.Indices = out.Indices[:0]
 	return runAllreduce(op, out.Values, red, algo, segmentElems[T](op))
 }
@@ -258,8 +265,11 @@ type spCall[T Float] struct {
 	op      *Op
 	in      *sparse.Vector[T]
 	p, rank int
-	bounds  []int
-	sc      spScratch
+	// es is the size of one stored entry's values: a value, or a row of
+	// a block input (in.EntrySize()).
+	es     int
+	bounds []int
+	sc     spScratch
 	// q is the coder of a lossy value codec, nil for exact values.
 	q *sparse.QuantCoder
 	// packed: exact values go with packed indices.
@@ -290,9 +300,9 @@ var spCoderPool sync.Pool
 // the kernels keep the smaller one), switching a sparse input that is past
 // the rule to dense.
 func (c *spCall[T]) finish(out, res *sparse.Vector[T], denseOut bool) {
-	if denseOut || res.Dense || sparse.PreferDense(len(res.Indices), res.Dim, sparse.ValueSize[T]()) {
+	if denseOut || res.Dense || sparse.PreferDense(len(res.Indices), res.Dim, res.EntrySize()) {
 		out.Values = res.ToDense(out.Values)
-		out.Dim, out.Dense, out.Indices = res.Dim, true, out.Indices[:0]
+		out.Dim, out.Dense, out.Block, out.Indices = res.Dim, true, res.Block, out.Indices[:0]
 		return
 	}
 	out.CopyFrom(res)
@@ -330,7 +340,7 @@ func (c *spCall[T]) encode(dst []byte, v *sparse.Vector[T], lo, hi int) ([]byte,
 // send buffers start from (a larger message makes the transport allocate).
 func (c *spCall[T]) resultGuess() int {
 	k := min(c.p*c.in.NNZ(), c.in.Dim)
-	return sparse.CompactSize(k, c.in.Dim, sparse.ValueSize[T]())
+	return c.compactSize(k, c.in.Dim)
 }
 
 // decode decodes a peer's message into v and checks its dimension: a
@@ -345,8 +355,15 @@ func (c *spCall[T]) decode(v *sparse.Vector[T], b []byte, peer, dim int) error {
 	if err != nil {
 		return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, c.op.commRank(peer), err))
 	}
-	if v.Dim != dim {
-		return c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d, expected %d", transport.ErrMismatch, c.op.commRank(peer), v.Dim, dim))
+	return c.checkReceived(v, peer, dim)
+}
+
+// checkReceived checks a decoded message's dimension and block against
+// this call's.
+func (c *spCall[T]) checkReceived(v *sparse.Vector[T], peer, dim int) error {
+	if v.Dim != dim || v.BlockLen() != c.in.BlockLen() {
+		return c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d and block %d, expected %d and %d",
+			transport.ErrMismatch, c.op.commRank(peer), v.Dim, v.BlockLen(), dim, c.in.BlockLen()))
 	}
 	return nil
 }
@@ -366,10 +383,7 @@ func (c *spCall[T]) received(b []byte, peer, dim int) (*sparse.Vector[T], error)
 	if err := v.DecodeView(b); err != nil {
 		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, c.op.commRank(peer), err))
 	}
-	if v.Dim != dim {
-		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a vector of dimension %d, expected %d", transport.ErrMismatch, c.op.commRank(peer), v.Dim, dim))
-	}
-	return v, nil
+	return v, c.checkReceived(v, peer, dim)
 }
 
 // recv posts a receive from peer at step into a pooled buffer of about
@@ -496,4 +510,42 @@ func sparseFailInvalid(op *Op, format string, args ...any) error {
 // errSparseProtocol builds the error for a malformed message from peer.
 func errSparseProtocol(peer int, format string, args ...any) error {
 	return fmt.Errorf("%w: rank %d: %s", transport.ErrProtocol, peer, fmt.Sprintf(format, args...))
+}
+
+// newSpCall is the state of a sparse collective of in on op's rank.
+func newSpCall[T Float](op *Op, in *sparse.Vector[T]) *spCall[T] {
+	return &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), es: in.EntrySize(), sc: spScratch{pool: op.Pool}}
+}
+
+// spBlockDesc is the descriptor's Root field of a sparse collective: the
+// block of a block input (so ranks that pass different row widths fail
+// with ErrMismatch), 0 for an element input. Sparse collectives have no
+// root of their own.
+func spBlockDesc[T Float](in *sparse.Vector[T]) int32 {
+	if in == nil || !in.IsBlock() || in.Block > sparse.MaxBlock {
+		return 0
+	}
+	return int32(in.Block)
+}
+
+// spCheckBlockOptions refuses what block (row-sparse) inputs do not
+// support: a lossy codec (rows travel exact) and the hierarchical
+// schedule.
+func spCheckBlockOptions(op *Op, opts SparseOptions) error {
+	if !opts.Quant.Lossless() {
+		return sparseFailInvalid(op, "a block vector travels exact: the lossy codec %v does not take rows", opts.Quant)
+	}
+	if opts.Algo == AlgoHierarchical {
+		return sparseFailInvalid(op, "%v does not take block vectors; use %v, %v, %v, %v or %v", opts.Algo,
+			AlgoAuto, AlgoSSARRecursiveDoubling, AlgoSSARSplitAllgather, AlgoDSAR, AlgoSparseAllgather)
+	}
+	return nil
+}
+
+// compactSize is the size of the smaller encoding of nnz entries of a
+// dim-position range of this call's vectors, headroom for the block
+// header included: what a send buffer starts from, so the encoder does
+// not reallocate (BenchmarkSparseBlockAllreduce's allocations).
+func (c *spCall[T]) compactSize(nnz, dim int) int {
+	return sparse.CompactSize(nnz, dim, c.es) + sparse.BlockHeaderSize - sparse.HeaderSize
 }

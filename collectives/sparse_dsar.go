@@ -20,24 +20,32 @@ func dsarAllreduce[T Float](c *spCall[T], out *sparse.Vector[T]) error {
 	if c.q != nil {
 		return dsarQuantized(c, out)
 	}
-	dim := c.in.Dim
+	dim, bl := c.in.Dim, c.in.BlockLen()
 	out.Reset(dim)
-	out.Dense = true
+	out.Dense, out.Block = true, c.in.Block
 	out.Values = out.Values[:0]
-	if cap(out.Values) < dim {
-		out.Values = make([]T, 0, dim)
+	if cap(out.Values) < dim*bl {
+		out.Values = make([]T, 0, dim*bl)
 	}
-	out.Values = out.Values[:dim]
+	out.Values = out.Values[:dim*bl]
 	// The other blocks' receives are posted before the reduce-scatter, so
 	// that a neighbour that finishes its range first sends it straight
-	// into place rather than as unexpected messages to copy.
-	l := layout{n: dim, k: c.p, offs: c.bounds}
+	// into place rather than as unexpected messages to copy. The ranges
+	// are of rows; the blocks of the layout are of values.
+	offs := c.bounds
+	if bl > 1 {
+		offs = make([]int, len(c.bounds))
+		for i, b := range c.bounds {
+			offs[i] = b * bl
+		}
+	}
+	l := layout{n: dim * bl, k: c.p, offs: offs}
 	gather := postRingAllgather(c.op, out.Values, l, c.rank, spStepDenseGather, segmentElems[T](c.op))
 	parts, err := c.scatterToOwners()
 	if err != nil {
 		return err
 	}
-	acc := out.Values[c.bounds[c.rank]:c.bounds[c.rank+1]]
+	acc := out.Values[c.bounds[c.rank]*bl : c.bounds[c.rank+1]*bl]
 	clear(acc)
 	// In rank order, window by window (sparse.AddAllTo), so every
 	// element's sum is the same on every rank.

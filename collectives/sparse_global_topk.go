@@ -73,10 +73,13 @@ func GlobalTopk[T Float](op *Op, in, out, dropped *sparse.Vector[T], st *GlobalT
 	if err := in.Validate(); err != nil {
 		return res, op.Fail(fmt.Errorf("%w: input of rank %d: %w", transport.ErrInvalid, op.commRank(op.Rank()), err))
 	}
+	if in.IsBlock() {
+		return res, sparseFailInvalid(op, "global top-k selects values, not rows: rank %d passed a block vector", op.commRank(op.Rank()))
+	}
 	if opts.Model == (CostModel{}) {
 		opts.Model = DefaultCostModel
 	}
-	c := &spCall[T]{op: op, in: in, p: op.Size(), rank: op.Rank(), sc: spScratch{pool: op.Pool}}
+	c := newSpCall(op, in)
 	err := c.globalTopk(out, dropped, st, opts, &res)
 	if err != nil {
 		c.sc.abandon()

@@ -85,7 +85,7 @@ func entryBytes[T Float](parts []*sparse.Vector[T]) int {
 		if v.Dense {
 			n += len(v.Values) * sparse.ValueSize[T]()
 		} else {
-			n += v.NNZ() * (sparse.IndexSize + sparse.ValueSize[T]())
+			n += v.NNZ() * (sparse.IndexSize + v.EntrySize())
 		}
 	}
 	return n

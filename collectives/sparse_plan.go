@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/sparcml/sparcml/quant"
-	"github.com/sparcml/sparcml/sparse"
 )
 
 // SparsePlan is what a SparseAllreduce decided from its counts exchange
@@ -41,8 +40,8 @@ type spPlanKey struct {
 	indices        IndexWire
 }
 
-func spKeyOf[T Float](dim int, opts SparseOptions) spPlanKey {
-	return spPlanKey{dim: dim, valueSize: sparse.ValueSize[T](), reduce: opts.Reduce, algo: opts.Algo,
+func spKeyOf(dim, entrySize int, opts SparseOptions) spPlanKey {
+	return spPlanKey{dim: dim, valueSize: entrySize, reduce: opts.Reduce, algo: opts.Algo,
 		balanced: opts.Balanced, quant: opts.Quant, indices: opts.Indices}
 }
 
@@ -50,7 +49,7 @@ func spKeyOf[T Float](dim int, opts SparseOptions) spPlanKey {
 func (p *SparsePlan) Algo() Algo { return p.algo }
 
 func (k spPlanKey) String() string {
-	return fmt.Sprintf("dimension %d, %d-byte values, reduce %v, algo %v, balanced %v, quant %v, indices %v",
+	return fmt.Sprintf("dimension %d, %d-byte entries, reduce %v, algo %v, balanced %v, quant %v, indices %v",
 		k.dim, k.valueSize, k.reduce, k.algo, k.balanced, k.quant, k.indices)
 }
 
@@ -64,8 +63,8 @@ func spAgrees(opts SparseOptions) bool { return opts.Algo == AlgoAuto || opts.Ba
 // chooses from its own count. It fills st's Algo, Agreed, TotalNNZIn,
 // predictions, Plan and Reused.
 func (c *spCall[T]) decide(opts SparseOptions, st *SparseStats) (*SparsePlan, error) {
-	key := spKeyOf[T](c.in.Dim, opts)
-	wire := spWireOf[T](opts.Quant)
+	key := spKeyOf(c.in.Dim, c.es, opts)
+	wire := spWireOfVector(c.in, opts.Quant)
 	switch {
 	case opts.Plan != nil:
 		if opts.Plan.key != key {
@@ -121,7 +120,7 @@ func (c *spCall[T]) decideAgreed(opts SparseOptions, ag *spAgreement, wire spWir
 // computed here.
 func (c *spCall[T]) predict(st *SparseStats, m CostModel, algo Algo, wire spWire, ag *spAgreement, pred SparsePrediction) {
 	if isAllreduceAlgo(algo) {
-		secs, bytes := m.PredictAllreduce(algo, c.in.Dim*sparse.ValueSize[T](), c.p)
+		secs, bytes := m.PredictAllreduce(algo, c.in.Dim*c.es, c.p)
 		st.PredictedBytes = bytes + ag.bytesSent[c.rank]
 		st.PredictedSeconds = secs + ag.seconds
 		return

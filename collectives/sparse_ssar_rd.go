@@ -25,7 +25,7 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 	rank, dim := c.rank, c.in.Dim
 	if rank < 2*g.extra && rank%2 == 0 {
 		// Folded out: hand the input to the partner, get the result back.
-		buf, err := c.encode(c.sc.get(sparse.CompactSize(c.in.NNZ(), dim, sparse.ValueSize[T]()))[:0], c.in, 0, dim)
+		buf, err := c.encode(c.sc.get(c.compactSize(c.in.NNZ(), dim))[:0], c.in, 0, dim)
 		if err != nil {
 			return err
 		}
@@ -66,7 +66,7 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 		return nil
 	}
 	if rank < 2*g.extra {
-		msg, err := c.data(c.recv(rank-1, spStepFold, c.in.NNZ()*8+sparse.HeaderSize))
+		msg, err := c.data(c.recv(rank-1, spStepFold, c.in.NNZ()*(sparse.IndexSize+c.es)+sparse.BlockHeaderSize))
 		if err != nil {
 			return err
 		}
@@ -98,7 +98,7 @@ func ssarRecursiveDoubling[T Float](c *spCall[T], out *sparse.Vector[T], denseOu
 	}
 	c.sc.keep(sendBuf)
 	if rank < 2*g.extra {
-		buf, err := c.encode(c.sc.get(sparse.CompactSize(cur.NNZ(), dim, sparse.ValueSize[T]()))[:0], cur, 0, dim)
+		buf, err := c.encode(c.sc.get(c.compactSize(cur.NNZ(), dim))[:0], cur, 0, dim)
 		if err != nil {
 			return err
 		}

@@ -47,11 +47,10 @@ func ssarSplitAllgather[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 // range, parts[q] from rank q, as vectors of the range's length.
 func (c *spCall[T]) scatterToOwners() ([]*sparse.Vector[T], error) {
 	lo, hi := c.bounds[c.rank], c.bounds[c.rank+1]
-	s := sparse.ValueSize[T]()
 	own := c.ownSlice(lo, hi)
 
 	// All outgoing slices go into one buffer, sent piece by piece.
-	buf := c.sc.get(sparse.CompactSize(c.in.NNZ(), c.in.Dim, s) + c.p*sparse.HeaderSize)[:0]
+	buf := c.sc.get(c.compactSize(c.in.NNZ(), c.in.Dim) + c.p*sparse.BlockHeaderSize)[:0]
 	start, end := make([]int, c.p), make([]int, c.p)
 	for i := 1; i < c.p; i++ {
 		q := (c.rank + i) % c.p
@@ -65,7 +64,7 @@ func (c *spCall[T]) scatterToOwners() ([]*sparse.Vector[T], error) {
 	c.sc.keep(buf)
 
 	reqs := make([]*transport.Request, c.p)
-	guess := sparse.CompactSize(own.NNZ(), hi-lo, s)
+	guess := c.compactSize(own.NNZ(), hi-lo)
 	for q := range c.p {
 		if q != c.rank {
 			reqs[q] = c.recv(q, spStepScatter, guess)
@@ -99,16 +98,17 @@ func (c *spCall[T]) scatterToOwners() ([]*sparse.Vector[T], error) {
 // ownSlice returns this rank's input restricted to [lo, hi) as a vector of
 // dimension hi-lo: a view of a dense input, a rebased copy of a sparse one.
 func (c *spCall[T]) ownSlice(lo, hi int) *sparse.Vector[T] {
+	bl := c.in.BlockLen()
 	if c.in.Dense {
-		return &sparse.Vector[T]{Dim: hi - lo, Dense: true, Values: c.in.Values[lo:hi]}
+		return &sparse.Vector[T]{Dim: hi - lo, Dense: true, Block: c.in.Block, Values: c.in.Values[lo*bl : hi*bl]}
 	}
 	a, b := c.in.RangeBounds(lo, hi)
 	v := c.vector()
-	v.Dim = hi - lo
+	v.Dim, v.Block = hi-lo, c.in.Block
 	for i := a; i < b; i++ {
 		v.Indices = append(v.Indices, c.in.Indices[i]-uint32(lo))
 	}
-	v.Values = append(v.Values, c.in.Values[a:b]...)
+	v.Values = append(v.Values, c.in.Values[a*bl:b*bl]...)
 	return v
 }
 
@@ -116,7 +116,7 @@ func (c *spCall[T]) ownSlice(lo, hi int) *sparse.Vector[T] {
 // writes their concatenation into out: dense when asked or when the total
 // of the ranges' entries passes the rule, else sparse.
 func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) error {
-	enc, err := c.encode(c.sc.get(sparse.CompactSize(red.NNZ(), red.Dim, sparse.ValueSize[T]()))[:0], red, 0, red.Dim)
+	enc, err := c.encode(c.sc.get(c.compactSize(red.NNZ(), red.Dim))[:0], red, 0, red.Dim)
 	if err != nil {
 		return err
 	}
@@ -134,20 +134,22 @@ func (c *spCall[T]) gatherRanges(red, out *sparse.Vector[T], denseOut bool) erro
 		}
 		total += nnz
 	}
-	dense := denseOut || sparse.PreferDense(total, dim, sparse.ValueSize[T]())
+	dense := denseOut || sparse.PreferDense(total, dim, c.es)
 	out.Reset(dim)
+	out.Block = c.in.Block
+	bl := c.in.BlockLen()
 	room := total
 	if dense {
 		out.Dense, room = true, dim
 	}
-	if cap(out.Values) < room {
-		out.Values = make([]T, 0, room)
+	if cap(out.Values) < room*bl {
+		out.Values = make([]T, 0, room*bl)
 	}
 	if !dense && cap(out.Indices) < room {
 		out.Indices = make([]uint32, 0, room)
 	}
 	if dense {
-		out.Values = out.Values[:dim]
+		out.Values = out.Values[:dim*bl]
 	}
 	return c.appendRanges(out, red, blobs)
 }
@@ -163,7 +165,8 @@ func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) err
 		var err error
 		switch {
 		case c.q == nil && q == c.rank && out.Dense:
-			red.ToDense(out.Values[lo:c.bounds[q+1]])
+			bl := out.BlockLen()
+			red.ToDense(out.Values[lo*bl : c.bounds[q+1]*bl])
 		case c.q == nil && q == c.rank:
 			spAppendRange(out, red, lo)
 		case c.q == nil:
@@ -183,8 +186,13 @@ func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) err
 
 // spAppendRange appends range vector v, which starts at index lo, to the
 // sparse vector out: v's entries shifted by lo, a dense range contributing
-// every position.
+// every position (a dense block range its rows that hold a nonzero value,
+// as DecodeAt adds a received one).
 func spAppendRange[T Float](out, v *sparse.Vector[T], lo int) {
+	if v.Dense && v.IsBlock() {
+		sparse.AppendNonzeroRows(out, v.Values, lo)
+		return
+	}
 	if v.Dense {
 		for i, x := range v.Values {
 			out.Indices = append(out.Indices, uint32(lo+i))

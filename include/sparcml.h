@@ -79,7 +79,7 @@ extern "C" {
 /* The version of the ABI this header describes. A library whose major
  * version differs is incompatible; a newer minor version only adds. */
 #define SPARCML_VERSION_MAJOR 0
-#define SPARCML_VERSION_MINOR 4
+#define SPARCML_VERSION_MINOR 5
 
 /* An opaque communicator: one rank's handle on the job. */
 typedef struct sparcml_comm sparcml_comm;
@@ -301,6 +301,37 @@ const uint32_t *sparcml_result_indices(const sparcml_result *result);
 const void *sparcml_result_values(const sparcml_result *result);
 /* The element type of the values (SPARCML_FLOAT32 before the first call). */
 sparcml_dtype sparcml_result_dtype(const sparcml_result *result);
+/* The values per index: the row width of a row-sparse result, 1 for an
+ * element result. Since ABI 0.5. */
+size_t sparcml_result_width(const sparcml_result *result);
+
+/* ---- Row-sparse allreduce (ABI 0.5) ------------------------------------ */
+
+/* Sums every rank's row-sparse matrix of rows rows of width values (an
+ * embedding gradient): this rank's nrows rows are row_indices (strictly
+ * increasing, each below rows) and values (nrows*width elements of dtype,
+ * row after row). A row travels as one index and its width values, never
+ * one index per value. Every rank must pass the same rows and width; each
+ * may pass a different nrows, 0 included (both pointers may then be NULL).
+ * The result is always row-sparse: sparcml_result_nnz rows, their indices
+ * sorted, sparcml_result_nnz*width values. It holds every row some rank
+ * passed, except that a range of the sum the library carried dense gives
+ * back only its rows holding a nonzero value (so rows that summed to
+ * exactly zero may be missing, and no untouched row is ever present). The
+ * reduction is a sum. */
+int sparcml_sparse_allreduce_rows(sparcml_comm *comm, uint64_t rows,
+				  size_t width, size_t nrows,
+				  const uint32_t *row_indices,
+				  const void *values, sparcml_dtype dtype,
+				  sparcml_result *result);
+/* Starts sparcml_sparse_allreduce_rows (see the non-blocking section). */
+int sparcml_start_sparse_allreduce_rows(sparcml_comm *comm, uint64_t rows,
+					size_t width, size_t nrows,
+					const uint32_t *row_indices,
+					const void *values,
+					sparcml_dtype dtype,
+					sparcml_result *result,
+					sparcml_request **req);
 
 /* ---- Non-blocking collectives ------------------------------------------ */
 

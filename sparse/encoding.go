@@ -20,8 +20,9 @@ import (
 //	16          count values, then (sparse only) count uint32 indices
 //
 // Version 2 (quantized.go) carries lossy values, version 3 (packed.go)
-// exact values with packed indices; the version byte says which, so
-// every decoder of exact values takes versions 1 and 3.
+// exact values with packed indices, version 4 (block.go) rows of a block
+// vector; the version byte says which, so every decoder of exact values
+// takes versions 1, 3 and 4.
 //
 // The form is in-band, as in SparCML's streams, so a receiver learns from
 // the message itself whether a partial result went dense. Values come
@@ -83,6 +84,9 @@ func (v *Vector[T]) AppendEncodeRange(dst []byte, lo, hi int) ([]byte, error) {
 	}
 	if lo < 0 || hi < lo || hi > v.Dim {
 		return dst, fmt.Errorf("%w: range [%d,%d) outside dimension %d", ErrInvalid, lo, hi, v.Dim)
+	}
+	if v.IsBlock() {
+		return v.appendEncodeRangeBlock(dst, lo, hi), nil
 	}
 	s := ValueSize[T]()
 	dim := hi - lo
@@ -153,6 +157,9 @@ type header struct {
 	kind     quant.Kind
 	bucket   int
 	idxBytes int
+
+	// Version 4 (block) only: values per row.
+	block int
 }
 
 // parseHeader checks the header at the start of b, exact (version 1) or
@@ -164,7 +171,7 @@ func parseHeader(b []byte) (header, error) {
 	if len(b) < HeaderSize {
 		return h, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), HeaderSize)
 	}
-	if b[0] != magic || (b[1] != version && b[1] != versionQuant && b[1] != versionPacked) {
+	if b[0] != magic || (b[1] != version && b[1] != versionQuant && b[1] != versionPacked && b[1] != versionBlock) {
 		return h, fmt.Errorf("%w: bad magic/version %#x/%d", ErrCorrupt, b[0], b[1])
 	}
 	h.version = b[1]
@@ -206,6 +213,8 @@ func parseHeader(b []byte) (header, error) {
 		return h, parseQuantHeader(b, &h)
 	case versionPacked:
 		return h, parsePackedHeader(b, &h, s)
+	case versionBlock:
+		return h, parseBlockHeader(b, &h, s)
 	}
 	h.size = HeaderSize + int(payload)
 	return h, nil
@@ -256,8 +265,11 @@ func (v *Vector[T]) Decode(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if h.version == versionPacked {
+	switch h.version {
+	case versionPacked:
 		return v.decodePacked(b, h)
+	case versionBlock:
+		return v.decodeBlock(b, h)
 	}
 	s := ValueSize[T]()
 	body := b[HeaderSize:]
@@ -341,8 +353,17 @@ func (v *Vector[T]) DecodeAt(b []byte, lo int) (dim int, err error) {
 	if n := len(v.Indices); !v.Dense && n > 0 && int(v.Indices[n-1]) >= lo {
 		return 0, fmt.Errorf("%w: slice at %d after entry %d", ErrInvalid, lo, v.Indices[n-1])
 	}
-	if h.version == versionPacked {
+	if (h.version == versionBlock) != v.IsBlock() {
+		return 0, fmt.Errorf("%w: a slice of block %d into a vector of block %d", ErrCorrupt, max(h.block, 1), v.BlockLen())
+	}
+	switch h.version {
+	case versionPacked:
 		if err := v.decodePackedAt(b, h, lo); err != nil {
+			return 0, err
+		}
+		return h.dim, nil
+	case versionBlock:
+		if err := v.decodeBlockAt(b, h, lo); err != nil {
 			return 0, err
 		}
 		return h.dim, nil
@@ -450,11 +471,15 @@ func (v *Vector[T]) DecodeView(b []byte) error {
 		v.Reset(0)
 		return err
 	}
-	if h.version == versionPacked {
+	switch h.version {
+	case versionPacked:
+		v.Block = 0
 		return v.decodePackedView(b, h)
+	case versionBlock:
+		return v.decodeBlockView(b, h)
 	}
 	body := b[HeaderSize:]
-	v.Dim, v.Dense, v.Indices, v.Values = h.dim, h.dense, nil, nil
+	v.Dim, v.Dense, v.Block, v.Indices, v.Values = h.dim, h.dense, 0, nil, nil
 	if h.count > 0 {
 		v.Values = unsafe.Slice((*T)(unsafe.Pointer(&body[0])), h.count)
 	}

@@ -26,6 +26,11 @@ func Add[T Float](dst, a, b *Vector[T]) error {
 	if dst == a || dst == b {
 		return fmt.Errorf("%w: Add's destination must differ from its operands", ErrInvalid)
 	}
+	if a.IsBlock() || b.IsBlock() {
+		pair := [2]*Vector[T]{a, b}
+		return sumBlocks(dst, pair[:])
+	}
+	dst.Block = 0
 	dim := a.Dim
 	switch {
 	case a.Dense && b.Dense:
@@ -86,6 +91,9 @@ func (v *Vector[T]) AddTo(dense []T) error {
 	if err := v.checkShape(); err != nil {
 		return err
 	}
+	if v.IsBlock() {
+		return addToBlock(dense, v)
+	}
 	if len(dense) != v.Dim {
 		return fmt.Errorf("%w: adding a vector of dimension %d into %d values", ErrInvalid, v.Dim, len(dense))
 	}
@@ -107,6 +115,9 @@ func AddAllTo[T Float](dense []T, parts []*Vector[T]) error {
 	for _, p := range parts {
 		if err := p.checkShape(); err != nil {
 			return err
+		}
+		if p.IsBlock() {
+			return addAllToBlock(dense, parts)
 		}
 		if p.Dim != len(dense) {
 			return fmt.Errorf("%w: adding a vector of dimension %d into %d values", ErrInvalid, p.Dim, len(dense))
@@ -170,6 +181,9 @@ func SumAll[T Float](dst *Vector[T], parts []*Vector[T]) error {
 		dense = dense || p.Dense || PreferDense(len(p.Indices), dim, ValueSize[T]())
 		total += p.NNZ()
 	}
+	if anyBlock(parts) {
+		return sumBlocks(dst, parts)
+	}
 	if len(parts) == 1 {
 		dst.CopyFrom(parts[0])
 		return nil
@@ -177,6 +191,7 @@ func SumAll[T Float](dst *Vector[T], parts []*Vector[T]) error {
 	if len(parts) == 2 {
 		return Add(dst, parts[0], parts[1])
 	}
+	dst.Block = 0
 	if dense {
 		dst.setDense(dim)
 		clear(dst.Values)

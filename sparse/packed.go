@@ -62,8 +62,9 @@ func (v *Vector[T]) AppendEncodeRangePacked(dst []byte, lo, hi int) ([]byte, err
 	if lo < 0 || hi < lo || hi > v.Dim {
 		return dst, fmt.Errorf("%w: range [%d,%d) outside dimension %d", ErrInvalid, lo, hi, v.Dim)
 	}
-	if v.Dense {
-		return appendDense(dst, v.Values[lo:hi]), nil
+	if v.Dense || v.IsBlock() {
+		// A block vector's indices stay raw (see block.go).
+		return v.AppendEncodeRange(dst, lo, hi)
 	}
 	a, b := v.RangeBounds(lo, hi)
 	nnz, s, dim := b-a, ValueSize[T](), hi-lo

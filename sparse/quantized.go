@@ -150,6 +150,9 @@ func (v *Vector[T]) AppendEncodeRangeQuant(dst []byte, lo, hi int, q *QuantCoder
 	if err := v.checkShape(); err != nil {
 		return dst, err
 	}
+	if v.IsBlock() {
+		return dst, fmt.Errorf("%w: a block vector has no quantized encoding", ErrInvalid)
+	}
 	if lo < 0 || hi < lo || hi > v.Dim {
 		return dst, fmt.Errorf("%w: range [%d,%d) outside dimension %d", ErrInvalid, lo, hi, v.Dim)
 	}

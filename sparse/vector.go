@@ -44,11 +44,17 @@ var (
 // Dense form (Dense true): Values holds all Dim values; Indices is unused
 // (its capacity is kept so the vector can switch back without allocating).
 //
+// Block form (Block > 1, block.go): each index addresses a row of Block
+// contiguous values; Dim counts rows, Values holds len(Indices)*Block
+// values sparse and Dim*Block dense. Block 0 and 1 both mean one value
+// per index.
+//
 // The fields are exported so callers can hand in their own buffers;
 // Validate checks the invariants, Normalize repairs order and duplicates.
 type Vector[T Float] struct {
 	Dim     int
 	Dense   bool
+	Block   int
 	Indices []uint32
 	Values  []T
 }
@@ -105,8 +111,8 @@ func ValueSize[T Float]() int {
 	return int(unsafe.Sizeof(z))
 }
 
-// NNZ is the number of stored entries: len(Indices) in sparse form, Dim in
-// dense form.
+// NNZ is the number of stored entries (rows of a block vector):
+// len(Indices) in sparse form, Dim in dense form.
 func (v *Vector[T]) NNZ() int {
 	if v.Dense {
 		return v.Dim
@@ -114,16 +120,16 @@ func (v *Vector[T]) NNZ() int {
 	return len(v.Indices)
 }
 
-// Reset makes v an empty sparse vector of dimension dim, keeping its
-// buffers' capacity.
+// Reset makes v an empty sparse element vector (Block 0) of dimension
+// dim, keeping its buffers' capacity.
 func (v *Vector[T]) Reset(dim int) {
-	v.Dim, v.Dense = dim, false
+	v.Dim, v.Dense, v.Block = dim, false, 0
 	v.Indices, v.Values = v.Indices[:0], v.Values[:0]
 }
 
 // CopyFrom makes v a copy of o (same form), reusing v's buffers.
 func (v *Vector[T]) CopyFrom(o *Vector[T]) {
-	v.Dim, v.Dense = o.Dim, o.Dense
+	v.Dim, v.Dense, v.Block = o.Dim, o.Dense, o.Block
 	v.Values = append(v.Values[:0], o.Values...)
 	if o.Dense {
 		v.Indices = v.Indices[:0]
@@ -150,11 +156,15 @@ func (v *Vector[T]) checkShape() error {
 	if v.Dim < 0 || v.Dim > MaxDim {
 		return fmt.Errorf("%w: dimension %d outside [0, 2^32]", ErrInvalid, v.Dim)
 	}
-	if v.Dense && len(v.Values) != v.Dim {
-		return fmt.Errorf("%w: dense vector has %d values for dimension %d", ErrInvalid, len(v.Values), v.Dim)
+	if err := v.checkBlock(); err != nil {
+		return err
 	}
-	if !v.Dense && len(v.Indices) != len(v.Values) {
-		return fmt.Errorf("%w: %d indices but %d values", ErrInvalid, len(v.Indices), len(v.Values))
+	b := v.BlockLen()
+	if v.Dense && len(v.Values) != v.Dim*b {
+		return fmt.Errorf("%w: dense vector has %d values for dimension %d of block %d", ErrInvalid, len(v.Values), v.Dim, b)
+	}
+	if !v.Dense && len(v.Indices)*b != len(v.Values) {
+		return fmt.Errorf("%w: %d indices but %d values (block %d)", ErrInvalid, len(v.Indices), len(v.Values), b)
 	}
 	return nil
 }
@@ -189,6 +199,9 @@ func checkIndices(idx []uint32, dim int, kind error) error {
 func (v *Vector[T]) Normalize() error {
 	if v.Dense {
 		return v.Validate()
+	}
+	if v.IsBlock() {
+		return v.normalizeBlock()
 	}
 	if len(v.Indices) != len(v.Values) {
 		return fmt.Errorf("%w: %d indices but %d values", ErrInvalid, len(v.Indices), len(v.Values))
@@ -234,10 +247,13 @@ func (v *Vector[T]) Normalize() error {
 	return nil
 }
 
-// ToDense writes v's dense representation into dst, grown to v.Dim if its
-// capacity is short, and returns it. Entries of an invalid vector that
+// ToDense writes v's dense representation into dst, grown to v.Dim values
+// (Dim*Block for a block vector) if its capacity is short, and returns it. Entries of an invalid vector that
 // fall outside the dimension are skipped.
 func (v *Vector[T]) ToDense(dst []T) []T {
+	if v.IsBlock() {
+		return v.toDenseBlock(dst)
+	}
 	dst = grow(dst, v.Dim)
 	if v.Dense {
 		copy(dst, v.Values)
@@ -258,6 +274,10 @@ func (v *Vector[T]) ToDense(dst []T) []T {
 // vector may be dropped).
 func (v *Vector[T]) Densify() {
 	if v.Dense {
+		return
+	}
+	if v.IsBlock() {
+		v.densifyBlock()
 		return
 	}
 	n := min(len(v.Indices), len(v.Values))
@@ -288,8 +308,13 @@ func (v *Vector[T]) Densify() {
 }
 
 // Compact switches v to whichever form encodes smaller (see PreferDense).
-// Going from dense to sparse drops the zero values.
+// Going from dense to sparse drops the zero values (a block vector's rows
+// whose values are all zero).
 func (v *Vector[T]) Compact() {
+	if v.IsBlock() {
+		v.compactBlock()
+		return
+	}
 	s := ValueSize[T]()
 	if !v.Dense {
 		if PreferDense(len(v.Indices), v.Dim, s) {

@@ -74,6 +74,7 @@ void check_failed(const char *name, int rc, int bad, int want_bad, const char *o
 /* The test groups (one file each). */
 void test_dense(void);
 void test_sparse(void);
+void test_sparse_rows(void);
 void test_nonblocking(void);
 void test_errors(void);
 void test_compressor(void);

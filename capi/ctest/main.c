@@ -126,6 +126,7 @@ int main(int argc, char **argv)
 	}
 	test_dense();
 	test_sparse();
+	test_sparse_rows();
 	test_nonblocking();
 	test_errors();
 	test_compressor();

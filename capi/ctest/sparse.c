@@ -123,3 +123,70 @@ void test_sparse(void)
 	      sparcml_result_indices(NULL) == NULL && sparcml_result_dim(NULL) == 0 &&
 	      sparcml_result_is_dense(NULL) == 0, "result accessors of NULL");
 }
+
+/* Row-sparse allreduce: rank r's rows are sparse_input's indices, row i's
+ * value j the entry's value times j+1; the result is rows, every stored
+ * one touched and equal to the sum, every row with a nonzero sum there. */
+void test_sparse_rows(void)
+{
+	static const uint64_t dims[] = {1, 100, 5000};
+	static const double densities[] = {0, 0.01, 0.7};
+	enum { W = 8 };
+	int test = 20000;
+	sparcml_result *res = NULL;
+	CHECK_OK(sparcml_result_create(&res));
+	for (int d = 0; d < 2; d++) {
+		sparcml_dtype dtype = d ? SPARCML_FLOAT64 : SPARCML_FLOAT32;
+		for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+			for (size_t pi = 0; pi < sizeof densities / sizeof densities[0]; pi++)
+				for (int empty = -1; empty < 1; empty++) {
+					int t = ++test;
+					uint64_t rows = dims[di];
+					uint32_t *idx;
+					double *val;
+					size_t n = sparse_input(t, g_rank, rows, densities[pi], empty, &idx, &val);
+					double *rowvals = malloc((n * W + 1) * sizeof *rowvals);
+					for (size_t k = 0; k < n; k++)
+						for (int j = 0; j < W; j++)
+							rowvals[k * W + j] = val[k] * (j + 1);
+					void *values = malloc((n * W + 1) * 8);
+					store(values, dtype, rowvals, n * W);
+					double *sum = malloc(rows * sizeof *sum);
+					char *present = malloc(rows);
+					sparse_expected(t, rows, densities[pi], empty, sum, present);
+					CHECK_OK(sparcml_sparse_allreduce_rows(g_comm, rows, W, n, n ? idx : NULL,
+									       n ? values : NULL, dtype, res));
+					CHECK(!sparcml_result_is_dense(res) && sparcml_result_width(res) == W &&
+					      sparcml_result_dim(res) == rows,
+					      "rows test %d: dense %d width %zu dim %llu", t, sparcml_result_is_dense(res),
+					      sparcml_result_width(res), (unsigned long long)sparcml_result_dim(res));
+					size_t got = sparcml_result_nnz(res), nonzero = 0;
+					const uint32_t *ri = sparcml_result_indices(res);
+					const void *rv = sparcml_result_values(res);
+					for (uint64_t i = 0; i < rows; i++)
+						nonzero += sum[i] != 0;
+					size_t stored_nonzero = 0;
+					for (size_t k = 0; k < got; k++) {
+						uint32_t i = ri[k];
+						CHECK(i < rows && present[i] && (k == 0 || ri[k - 1] < i),
+						      "rows test %d: stored row %u untouched or out of order", t, i);
+						if (i >= rows)
+							break;
+						stored_nonzero += sum[i] != 0;
+						for (int j = 0; j < W; j++)
+							if (load(rv, dtype, k * W + j) != sum[i] * (j + 1)) {
+								CHECK(0, "rows test %d: row %u value %d = %g, want %g", t, i, j,
+								      load(rv, dtype, k * W + j), sum[i] * (j + 1));
+								break;
+							}
+					}
+					CHECK(stored_nonzero == nonzero, "rows test %d: %zu of %zu nonzero rows stored", t,
+					      stored_nonzero, nonzero);
+					free(idx), free(val), free(rowvals), free(values), free(sum), free(present);
+				}
+	}
+	CHECK(sparcml_result_width(NULL) == 1, "width of NULL");
+	CHECK(sparcml_sparse_allreduce_rows(g_comm, 10, 4, 1, NULL, NULL, SPARCML_FLOAT32, res) == SPARCML_ERR_INVALID,
+	      "NULL rows accepted");
+	sparcml_result_free(res);
+}

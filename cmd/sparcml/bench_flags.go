@@ -42,6 +42,7 @@ type benchConfig struct {
 	dist                              string
 	vsDense                           bool
 	balanced                          bool
+	block                             int // sparse-allreduce: values per index (row width)
 	quant                             sparcml.Quant
 	indices                           sparcml.IndexWire
 	inflight                          int
@@ -108,6 +109,7 @@ func newBenchFlags(cfg *benchConfig, v *benchFlagValues) *flag.FlagSet {
 	fs.StringVar(&v.density, "density", "0.01", "sparse ops: fraction(s) of nonzeros per rank, e.g. 0.01,0.1 or 1%")
 	fs.StringVar(&cfg.dist, "dist", "uniform", "sparse ops: index distribution uniform|powerlaw")
 	fs.BoolVar(&cfg.vsDense, "vs-dense", false, "sparse-allreduce: also time the dense allreduce of the same vectors and report the speedup")
+	fs.IntVar(&cfg.block, "block", 1, "sparse-allreduce: values per index: a row-sparse matrix of --sizes rows of this width (an embedding gradient), --density the fraction of rows; a row travels as one index and its values")
 	fs.BoolVar(&cfg.balanced, "balanced", false, "sparse-allreduce: index ranges balanced by where the nonzeros are")
 	fs.StringVar(&v.quant, "quant", "none", "value encoding of allreduce and sparse-allreduce (with --redop sum or avg): none|fp16|bf16|q8|q4|q2")
 	fs.StringVar(&v.indices, "indices", "auto", "sparse-allreduce with exact values: indices on the wire auto (the cost model's choice)|raw|packed (lossless delta and bit-packing)")
@@ -243,6 +245,9 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	}
 	if cfg.indices, err = sparcml.ParseIndexWire(v.indices); err != nil {
 		return nil, usagef("--indices: %v", err)
+	}
+	if cfg.block < 1 || cfg.block > 1<<20 || cfg.block > 1 && (cfg.op != "sparse-allreduce" || cfg.quant != sparcml.QuantNone) {
+		return nil, usagef("--block %d: a width in [1, 2^20], with --op sparse-allreduce and --quant none", cfg.block)
 	}
 	if cfg.indices != sparcml.IndexAuto && cfg.op != "sparse-allreduce" {
 		return nil, usagef("--indices works with --op sparse-allreduce")

@@ -76,6 +76,26 @@ func sparseInput[T sparcml.Float](n int, d float64, dist string, seed uint64, ra
 	return &sparcml.SparseVector[T]{Dim: n, Indices: idx, Values: vals}
 }
 
+// widen makes v a row-sparse vector of rows of width values (v itself
+// when width is 1): row i's value j is its entry's value plus j%4, small
+// integers still, so every sum is exact.
+func widen[T sparcml.Float](v *sparcml.SparseVector[T], width int) *sparcml.SparseVector[T] {
+	if width == 1 {
+		return v
+	}
+	vals := make([]T, 0, len(v.Values)*width)
+	for _, x := range v.Values {
+		for j := range width {
+			vals = append(vals, x+T(j%4))
+		}
+	}
+	w, err := sparcml.NewRowSparseVector(v.Dim, width, v.Indices, vals)
+	if err != nil {
+		panic(err) // v was valid
+	}
+	return w
+}
+
 // sparseCase is one algorithm of a sparse benchmark: its options, its
 // output, and what its timed iterations measured.
 type sparseCase[T sparcml.Float] struct {
@@ -98,16 +118,19 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 	inputs := make([]*sparcml.SparseVector[T], p)
 	for r := range inputs {
 		if r == me || cfg.check || cfg.op == "sparse-allreduce" {
-			inputs[r] = sparseInput[T](n, d, cfg.dist, cfg.seed, r)
+			inputs[r] = widen(sparseInput[T](n, d, cfg.dist, cfg.seed, r), cfg.block)
 		}
 	}
 	in := inputs[me]
 	var ref []T // the dense result of the allreduce
 	if cfg.check && cfg.op == "sparse-allreduce" {
-		ref = make([]T, n)
+		b := cfg.block
+		ref = make([]T, n*b)
 		for _, v := range inputs {
 			for i, x := range v.Indices {
-				ref[x] += v.Values[i]
+				for j := range b {
+					ref[int(x)*b+j] += v.Values[i*b+j]
+				}
 			}
 		}
 		averaged(ref, cfg.redop, p)
@@ -195,7 +218,7 @@ func benchSparse[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *ben
 
 // sparseRow is the result row of one algorithm of benchSparse.
 func sparseRow[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *benchConfig, cs *sparseCase[T], inputs []*sparcml.SparseVector[T], n int, d float64) (result, error) {
-	op := sparseSized{n: n, bytes: int64(n) * int64(collectives.DTypeOf[T]().Size())}
+	op := sparseSized{n: n, bytes: int64(n) * int64(cfg.block) * int64(collectives.DTypeOf[T]().Size())}
 	algo := cs.stats.Algo
 	if cfg.op == "sparse-allgather" {
 		algo = sparcml.AlgoDirect
@@ -227,7 +250,7 @@ func sparseRow[T sparcml.Float](ctx context.Context, c *sparcml.Comm, cfg *bench
 // index wire that ran (the counts exchange left out).
 func predicted[T sparcml.Float](c *sparcml.Comm, cfg *benchConfig, stats sparcml.SparseStats, n int, inputs []*sparcml.SparseVector[T]) (bytes int64, us float64) {
 	p, algo, m := c.Size(), stats.Algo, c.CostModel()
-	vs := collectives.DTypeOf[T]().Size()
+	vs := collectives.DTypeOf[T]().Size() * cfg.block // a row's values under --block
 	if algo == sparcml.AlgoRing || algo == sparcml.AlgoRabenseifner || algo == sparcml.AlgoRecursiveDoubling {
 		for r := 0; r < p; r++ {
 			bytes = max(bytes, collectives.AllreduceBytesSent(algo, n, vs, p, r))

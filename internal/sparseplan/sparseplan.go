@@ -51,6 +51,7 @@ type Plans struct {
 type Key struct {
 	Tensor   uint64 // WithTensor's id
 	Dim      int
+	Block    int // values per index: a block vector's row width, 1 for elements
 	DType    collectives.DType
 	Red      collectives.ReduceOp
 	Algo     collectives.Algo

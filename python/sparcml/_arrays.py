@@ -65,3 +65,25 @@ def sparse(indices, values, dim):
         np.add.at(summed, inverse, val)
         val = summed
     return idx, val
+
+
+def sparse_rows(rows, values, nrows):
+    """Row indices as uint32 and values as a contiguous 2-D array, checked
+    as the library requires them (sorted unique rows below nrows, one row
+    of values per index); returns (rows, values, width)."""
+    if not isinstance(rows, np.ndarray) or not isinstance(values, np.ndarray):
+        raise Bad("rows and values must be NumPy arrays")
+    if DTYPES.get(values.dtype) is None:
+        raise Bad("values have dtype %s; sparcml reduces float32 and float64" % values.dtype)
+    if rows.ndim != 1 or values.ndim != 2 or values.shape[0] != rows.size or values.shape[1] < 1:
+        raise Bad("rows %s and values %s must be 1-D and (len(rows), width)" % (rows.shape, values.shape))
+    if rows.dtype.kind not in "iu":
+        raise Bad("rows have dtype %s; want integers" % rows.dtype)
+    if not isinstance(nrows, (int, np.integer)) or nrows < 0 or nrows > 1 << 32:
+        raise Bad("nrows %r must be an integer in [0, 2^32]" % (nrows,))
+    if rows.size and (rows.min() < 0 or rows.max() >= nrows):
+        raise Bad("a row is outside [0, nrows=%d)" % nrows)
+    idx = np.ascontiguousarray(rows, dtype=np.uint32)
+    if idx.size > 1 and not (idx[1:] > idx[:-1]).all():
+        raise Bad("rows must be sorted and unique")
+    return idx, np.ascontiguousarray(values), int(values.shape[1])

@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 
 from . import errors
-from ._arrays import DTYPES, NUMPY_DTYPE, Bad, buffer, op_code, sparse
+from ._arrays import DTYPES, NUMPY_DTYPE, Bad, buffer, op_code, sparse, sparse_rows
 from ._lib import lib
 from ._request import Request
 
@@ -390,6 +390,57 @@ class Comm:
             return self._read_result(res)
         finally:
             self._results.append(res)
+
+    def sparse_allreduce_rows(self, rows, values, nrows):
+        """Sums every rank's row-sparse matrix of nrows rows (an embedding
+        gradient): this rank's rows are rows (sorted unique integers below
+        nrows) and values, a 2-D float32 or float64 array of one row of
+        width values per index. A row travels as one index and its width
+        values. Each rank may bring a different number of rows, 0 included.
+
+        Returns (rows, values) of the sum: rows sorted uint32, values of
+        shape (len(rows), width). Every row some rank passed is there,
+        except that a range the library carried dense gives back only its
+        rows holding a nonzero value; no untouched row is ever present."""
+        return self._rows(rows, values, nrows, start=False)
+
+    def start_sparse_allreduce_rows(self, rows, values, nrows):
+        """Starts sparse_allreduce_rows; the Request's wait() returns its result."""
+        return self._rows(rows, values, nrows, start=True)
+
+    def _rows(self, rows, values, nrows, start):
+        op = "sparse-allreduce"
+        try:
+            idx, val, width = sparse_rows(rows, values, nrows)
+            dt = DTYPES[val.dtype]
+        except Bad as e:
+            self._bad(op, e)
+        h, so, n = self._handle(op), self._so, idx.size
+        res = self._results.pop() if self._results else self._new_result()
+        args = (h, int(nrows), width, n, idx.ctypes.data, val.ctypes.data, dt, res)
+        if start:
+            return self._start(so.sparcml_start_sparse_allreduce_rows, args, op, (idx, val),
+                               collect=lambda: self._read_rows(res),
+                               release=lambda: self._results.append(res))
+        try:
+            rc = so.sparcml_sparse_allreduce_rows(*args)
+            if rc:
+                self._raise(rc)
+            return self._read_rows(res)
+        finally:
+            self._results.append(res)
+
+    def _read_rows(self, res):
+        """The rows of a filled row-sparse sparcml_result, as (rows, values)."""
+        so = self._so
+        nnz, width = so.sparcml_result_nnz(res), so.sparcml_result_width(res)
+        dtype = NUMPY_DTYPE[so.sparcml_result_dtype(res)]
+        values = np.empty((nnz, width), dtype=dtype)
+        indices = np.empty(nnz, dtype=np.uint32)
+        if nnz:
+            ctypes.memmove(values.ctypes.data, so.sparcml_result_values(res), values.nbytes)
+            ctypes.memmove(indices.ctypes.data, so.sparcml_result_indices(res), nnz * 4)
+        return indices, values
 
     def _new_result(self):
         res = ctypes.c_void_p()

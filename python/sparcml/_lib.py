@@ -109,6 +109,10 @@ def _declare(so):
         "sparcml_result_indices": (c_void_p, [c_void_p]),
         "sparcml_result_values": (c_void_p, [c_void_p]),
         "sparcml_result_dtype": (c_int, [c_void_p]),
+        "sparcml_result_width": (c_size_t, [c_void_p]),
+        "sparcml_sparse_allreduce_rows": (c_int, [c_void_p, u64, c_size_t, c_size_t, c_void_p, c_void_p, c_int, c_void_p]),
+        "sparcml_start_sparse_allreduce_rows": (
+            c_int, [c_void_p, u64, c_size_t, c_size_t, c_void_p, c_void_p, c_int, c_void_p, pp]),
         "sparcml_start_allreduce": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, pp]),
         "sparcml_start_reduce_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int, pp]),
         "sparcml_start_allgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, pp]),

@@ -23,7 +23,7 @@ def free_port():
 @pytest.mark.parametrize("n", [1, 3])
 def test_every_operation(n):
     p = launch("backend_ops.py", n, timeout=300)
-    assert "14 tests on %d ranks passed" % n in p.stdout
+    assert "15 tests on %d ranks passed" % n in p.stdout
 
 
 def by_hand(program, n, *args, timeout=240, extra=None):

@@ -265,11 +265,11 @@ def allreduce_sparse(tensor, comm=None, average=False):
     (averaged over the ranks with average=True).
 
     For nn.Embedding(sparse=True), whose gradient holds whole rows: only
-    the rows some rank touched travel, each row's values as one entry per
-    element (the library's sparse vectors index elements, so a row of d
-    values carries d indices). Every rank must pass the same shape; each may
-    touch different rows, none included. The tensor need not be coalesced.
-    The number of elements must fit in 2^32."""
+    the rows some rank touched travel, each row of d values as one index
+    and its d values (Comm.sparse_allreduce_rows). The result holds the
+    rows whose sum has a nonzero value. Every rank must pass the same
+    shape; each may touch different rows, none included. The tensor need
+    not be coalesced. The number of rows must fit in 2^32."""
     comm = _comm(comm)
     op = "sparse-allreduce"
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
@@ -281,30 +281,25 @@ def allreduce_sparse(tensor, comm=None, average=False):
     if tensor.sparse_dim() < 1:
         comm.fail(op, "allreduce_sparse takes a tensor with at least one sparse dimension")
     shape = tuple(tensor.shape)
-    numel = math.prod(shape)
-    if numel > 1 << 32:
-        comm.fail(op, "a tensor of %d elements: sparcml's sparse vectors hold at most 2^32" % numel)
     t = tensor.detach().coalesce()
     sparse_shape, dense_shape = shape[:t.sparse_dim()], shape[t.sparse_dim():]
-    block = math.prod(dense_shape)
-    # Coalesced indices are sorted lexicographically, so the linear indices
-    # of their blocks, and of every element within, are increasing.
-    rows = np.ravel_multi_index(t.indices().numpy(), sparse_shape)
-    flat = (rows[:, None] * block + np.arange(block)).reshape(-1).astype(np.uint32)
-    values = np.ascontiguousarray(t.values().numpy().reshape(-1))
-    idx, val = comm.sparse_allreduce(flat, values, numel)
-    if idx.size == numel:
-        # The sum came back dense: keep the blocks holding a nonzero.
-        keep = val.reshape(-1, block).any(axis=1)
-        out_rows, out_val = np.flatnonzero(keep), val.reshape(-1, block)[keep]
-    else:
-        out_rows, out_val = idx[::block].astype(np.int64) // block, val
+    nrows, block = math.prod(sparse_shape), math.prod(dense_shape)
+    if nrows > 1 << 32:
+        comm.fail(op, "a tensor of %d rows: sparcml's sparse vectors hold at most 2^32" % nrows)
+    # Coalesced indices are sorted lexicographically, so the linear row
+    # numbers are increasing.
+    rows = np.ravel_multi_index(t.indices().numpy(), sparse_shape).astype(np.uint32)
+    values = np.ascontiguousarray(t.values().numpy().reshape(rows.size, block))
+    out_rows, out_val = comm.sparse_allreduce_rows(rows, values, nrows)
+    keep = out_val.any(axis=1)
+    if not keep.all():  # rows that summed to zero: dropped
+        out_rows, out_val = out_rows[keep], out_val[keep]
     if average:
         out_val = out_val / out_val.dtype.type(comm.size)
-    indices = np.stack(np.unravel_index(out_rows, sparse_shape))
+    indices = np.stack(np.unravel_index(out_rows.astype(np.int64), sparse_shape))
     values_out = torch.from_numpy(np.ascontiguousarray(out_val).reshape((-1,) + dense_shape))
     return torch.sparse_coo_tensor(torch.from_numpy(indices.astype(np.int64)), values_out, shape,
-                                   check_invariants=False).coalesce()
+                                   check_invariants=False, is_coalesced=True)
 
 
 from ._backend import SparcmlBackend as SparcmlBackend  # noqa: E402 - after what it shares (default_comm)

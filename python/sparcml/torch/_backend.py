@@ -13,10 +13,9 @@ operation maps onto the library:
   reduced, and rounded once; SUM, AVG, MIN, MAX.
 - PRODUCT, and integer or bool tensors: every rank's tensor is gathered
   (allgatherv) and reduced here in rank order, exactly; P times the bytes.
-- all_reduce of a sparse COO tensor (SUM or AVG), row-sparse: the union
-  of the rows the ranks touched (a sparse allreduce of one count per row),
-  then the dense allreduce of the union's rows; a row of d values travels
-  as one index and d values, and all-zero sums are dropped.
+- all_reduce of a sparse COO tensor (SUM or AVG), row-sparse: one sparse
+  allreduce of rows, a row of d values travelling as one index and d
+  values; rows whose sum is all zero are dropped.
 - all_gather, broadcast, send/recv, gather, scatter, all_to_all move bytes
   (allgatherv, broadcast, point-to-point messages) for any dtype.
 - reduce_scatter: sparcml's reduce-scatter (the allgather path above for
@@ -232,13 +231,13 @@ class SparcmlBackend(_C10dBackend):
         return [req], back
 
     def _start_sparse(self, op, t, kind):
-        """Row-sparse all_reduce: a row of d values travels as one index and
-        d values. First the union of the rows every rank touched (a sparse
-        allreduce of one count per touched row, blocking: the second step
-        depends on it, and must be started here, in the ranks' common
-        order), then the dense allreduce of those rows only, each rank
-        contributing zeros for the union's rows it did not touch. Rows whose
-        sum is all zero are dropped from the result."""
+        """Row-sparse all_reduce: one sparse allreduce of rows
+        (sparcml_sparse_allreduce_rows), a row of d values travelling as
+        one index and d values. The result holds the rows whose sum has a
+        nonzero value, coalesced: gloo's result after coalesce(), but for
+        rows that summed to exactly zero, which are dropped (the library
+        may carry a range of the sum dense, where touched and untouched
+        zero rows cannot be told apart)."""
         if kind not in (R.SUM, R.AVG):
             self._fail(op, "sparse tensors are reduced with SUM or AVG, not %s" % kind)
         if t.dtype not in NATIVE + WIDENED:
@@ -253,24 +252,25 @@ class SparcmlBackend(_C10dBackend):
         # Coalesced indices are sorted lexicographically: their linear row
         # numbers are sorted and unique, as the sparse allreduce wants them.
         rows = np.ravel_multi_index(c.indices().numpy(), sparse_shape) if c._nnz() else np.zeros(0, np.int64)
-        idx, count = self.comm.sparse_allreduce(rows.astype(np.uint32), np.ones(rows.size, np.float32), nrows)
-        union = idx[count != 0].astype(np.int64)  # the sum may come back dense: keep the counted rows
-        summed = torch.zeros(union.size, block, dtype=vdtype)
-        if rows.size:
-            summed[torch.from_numpy(np.searchsorted(union, rows))] = c.values().reshape(rows.size, block).to(vdtype)
+        vals = c.values().reshape(rows.size, max(block, 1)).to(vdtype).contiguous().numpy()
+        req = self.comm.start_sparse_allreduce_rows(rows.astype(np.uint32), vals, nrows)
         size = self.comm.size
 
         def back():
-            keep = summed.ne(0).any(dim=1)
-            vals = summed[keep]
+            idx, summed = req.wait()  # completed: returns its result
+            out = torch.from_numpy(summed)
+            keep = out.ne(0).any(dim=1)
+            if not bool(keep.all()):  # rows that summed to zero: dropped
+                idx, out = idx[keep.numpy()], out[keep]
             if kind == R.AVG:
-                vals /= size
-            index = torch.from_numpy(np.stack(np.unravel_index(union[keep.numpy()], sparse_shape)).astype(np.int64))
-            t.copy_(torch.sparse_coo_tensor(index.reshape(len(sparse_shape), -1), vals.reshape((-1,) + dense_shape).to(t.dtype),
+                out /= size
+            if len(sparse_shape) == 1:
+                index = torch.from_numpy(idx.astype(np.int64))[None]
+            else:
+                index = torch.from_numpy(np.stack(np.unravel_index(idx.astype(np.int64), sparse_shape)))
+            t.copy_(torch.sparse_coo_tensor(index, out.reshape((-1,) + dense_shape).to(t.dtype),
                                             shape, check_invariants=False, is_coalesced=True))
-        if union.size == 0:
-            return [], back
-        return [self.comm.start_allreduce(summed.reshape(-1).numpy(), op="sum")], back
+        return [req], back
 
     # ---- gathers and reduce-scatters ----
 

@@ -220,6 +220,44 @@ def test_sparse_all_reduce(rank, size):
         torch.testing.assert_close(s.coalesce().values()[i], v)
 
 
+def embedding_grad(rank, name, rows, d, crowd=False):
+    """Rank rank's embedding gradient of a rows x d table: power-law row ids
+    (rank 0 brings none), or with crowd every row of the first of size
+    equal ranges but every 32nd, so that range of the sum goes dense."""
+    if rank == 0:
+        return torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.long), torch.zeros(0, d), (rows, d))
+    g = torch.Generator().manual_seed(zlib.crc32(name.encode()) + rank)
+    if crowd:
+        idx = torch.tensor([i for i in range(rows // dist.get_world_size()) if i % 32], dtype=torch.long)
+    else:
+        idx = (rows * torch.rand(rows // 10, generator=g) ** 4).long()  # repeats are summed
+    return torch.sparse_coo_tensor(idx[None], torch.randn(idx.numel(), d, generator=g), (rows, d))
+
+
+def test_sparse_all_reduce_vs_gloo(rank, size):
+    gloo = dist.new_group(backend="gloo")
+    for crowd in (False, True):
+        ours = embedding_grad(rank, "emb", 3000, 8, crowd)
+        theirs = embedding_grad(rank, "emb", 3000, 8, crowd)
+        dist.all_reduce(ours)
+        dist.all_reduce(theirs, group=gloo)
+        ours, theirs = ours.coalesce(), theirs.coalesce()
+        assert ours.is_sparse and (ours.values().ne(0).any(1)).all(), "an all-zero row came back"
+        nonzero = theirs.values().ne(0).any(1)  # gloo keeps rows that summed to zero: none here
+        assert ours.indices().tolist() == theirs.indices()[:, nonzero].tolist(), (crowd, ours.indices(), theirs.indices())
+        torch.testing.assert_close(ours.values(), theirs.values()[nonzero])
+    # Two sparse dimensions: rows numbered row-major, unravelled back.
+    g = torch.Generator().manual_seed(rank)
+    idx = torch.stack([torch.randint(0, 20, (15,), generator=g), torch.randint(0, 30, (15,), generator=g)])
+    ours = torch.sparse_coo_tensor(idx, torch.randn(15, 4, generator=g), (20, 30, 4))
+    theirs = ours.clone()
+    dist.all_reduce(ours)
+    dist.all_reduce(theirs, group=gloo)
+    torch.testing.assert_close(ours.coalesce().indices(), theirs.coalesce().indices())
+    torch.testing.assert_close(ours.coalesce().values(), theirs.coalesce().values())
+    dist.destroy_process_group(gloo)
+
+
 def test_async_out_of_order(rank, size):
     ts = [data("async%d" % k, rank, (1000 * (k + 1),), torch.float32) for k in range(5)]
     works = [dist.all_reduce(t, async_op=True) for t in ts]
@@ -267,7 +305,7 @@ def test_bad_input_fails_everywhere(rank, size):
 
 TESTS = [test_all_reduce, test_all_reduce_coalesced, test_all_gather, test_reduce_scatter, test_broadcast_barrier,
          test_reduce, test_send_recv, test_all_to_all, test_gather_scatter, test_coalescing_manager,
-         test_sparse_all_reduce, test_async_out_of_order, test_subgroup, test_bad_input_fails_everywhere]
+         test_sparse_all_reduce, test_sparse_all_reduce_vs_gloo, test_async_out_of_order, test_subgroup, test_bad_input_fails_everywhere]
 
 if __name__ == "__main__":
     init()

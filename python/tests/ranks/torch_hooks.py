@@ -236,6 +236,7 @@ def test_allreduce_sparse_embedding(comm):
         rows = set(got.indices()[0].tolist())
         touched_rows = set(torch.nonzero(want.abs().sum(1)).reshape(-1).tolist())
         assert touched_rows <= rows, "rows missing"
+        assert got.values().ne(0).any(1).all(), "an all-zero row came back"
         avg = st.allreduce_sparse(grad, average=True)
         torch.testing.assert_close(avg.to_dense(), want / comm.size)
 
