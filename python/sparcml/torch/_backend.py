@@ -38,12 +38,15 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import Work as _C10dWork
 
 import sparcml
+from sparcml._arrays import DTYPES, OPS
 
 from . import _progress
 
 R = dist.ReduceOp.RedOpType
 LIBRARY_OPS = {R.SUM: "sum", R.AVG: "avg", R.MIN: "min", R.MAX: "max"}
+OP_CODES = {kind: OPS[name] for kind, name in LIBRARY_OPS.items()}  # the C ABI's sparcml_op
 NATIVE = (torch.float32, torch.float64)
+DTYPE_CODES = {torch.float32: DTYPES[np.dtype(np.float32)], torch.float64: DTYPES[np.dtype(np.float64)]}
 WIDENED = (torch.float16, torch.bfloat16)
 
 
@@ -53,7 +56,9 @@ class Unsupported(Exception):
 
 class Work(_C10dWork):
     """A c10d Work over one Pending: wait() and get_future() complete when
-    sparcml's requests have and the results are in the caller's tensors."""
+    sparcml's requests have and the results are in the caller's tensors.
+    wait() waits for the requests on the calling thread; get_future() hands
+    them to the progress thread (_progress.py)."""
 
     def __init__(self, pending):
         super().__init__()
@@ -61,14 +66,14 @@ class Work(_C10dWork):
 
     def wait(self, timeout=None):
         t = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
-        self._p.wait(t if t else None)
+        self._p.wait(t if t and t > 0 else None)
         return True
 
     def get_future(self):
         return self._p.future
 
     def is_completed(self):
-        return self._p.done.is_set()
+        return self._p.poll()
 
     def is_success(self):
         return self._p.done.is_set() and self._p.error is None
@@ -167,6 +172,8 @@ class SparcmlBackend(_C10dBackend):
 
     def allreduce(self, tensors, opts):
         self._begin("allreduce", opts)
+        if len(tensors) == 1 and not getattr(opts, "asyncOp", True) and self._reduce_now(tensors[0], opts.reduceOp.op):
+            return Work(_progress.completed("allreduce", list(tensors)))
         reqs, steps = [], []
         for t in tensors:
             r, s = self._start_allreduce("allreduce", t, opts.reduceOp.op)
@@ -184,8 +191,8 @@ class SparcmlBackend(_C10dBackend):
         self._check(op, t, sparse=True)
         if t.layout == torch.sparse_coo:
             return self._start_sparse(op, t, kind)
-        name = LIBRARY_OPS.get(kind)
-        if name is not None and (t.dtype in NATIVE or t.dtype in WIDENED):
+        code = OP_CODES.get(kind)
+        if code is not None and (t.dtype in NATIVE or t.dtype in WIDENED):
             if t.dtype in NATIVE:
                 work, back = _contiguous(t)
             else:
@@ -193,9 +200,30 @@ class SparcmlBackend(_C10dBackend):
 
                 def back():
                     t.copy_(work)  # rounded once, from the float32 sum
-            req = self.comm.start_allreduce(work.detach().reshape(-1).numpy(), op=name)
+            comm = self.comm
+            req = comm._start(comm._so.sparcml_start_allreduce,
+                              (comm._handle(op), work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype], code),
+                              op, (work,), value=work)
             return [req], back
         return self._start_gathered_reduce(op, t, kind, None)
+
+    def _reduce_now(self, t, kind):
+        """The blocking allreduce of t in place, when torch waits for the
+        operation at once (opts.asyncOp false: a plain dist.all_reduce) and
+        t needs nothing around the library's call: a contiguous float32 or
+        float64 CPU tensor and SUM, AVG, MIN or MAX. False (nothing done)
+        otherwise. Starting a request and waiting for it costs a hand-over
+        between threads inside the library that the blocking call does not
+        (python/tools/call_bench.py)."""
+        code = OP_CODES.get(kind)
+        dtype = DTYPE_CODES.get(t.dtype) if isinstance(t, torch.Tensor) else None
+        if code is None or dtype is None or t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
+            return False
+        comm = self.comm
+        rc = comm._so.sparcml_allreduce(comm._handle("allreduce"), t.data_ptr(), t.numel(), dtype, code)
+        if rc:
+            comm._raise(rc)
+        return True
 
     def _start_gathered_reduce(self, op, t, kind, block):
         """Reduces t (or, with block=(rank's offset, length), that block of

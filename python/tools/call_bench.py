@@ -1,0 +1,93 @@
+"""The cost of a small all_reduce through the "sparcml" backend against the
+same call through the C ABI, in one run.
+
+    PYTHONPATH=python bin/sparcml run -n 2 -- .venv/bin/python python/tools/call_bench.py
+
+For each size (--sizes, float32 elements) the variants take turns, --burst
+calls back to back each per round, after a barrier, so that whatever else
+the machine does falls on all of them alike:
+
+- "C ABI": sparcml_allreduce through ctypes with its arguments prepared
+  (what a C program pays, plus one ctypes call);
+- "sparcml.Comm": Comm.allreduce of a NumPy array (the Python binding);
+- "backend": dist.all_reduce(tensor) on the sparcml process group;
+- "backend async": dist.all_reduce(tensor, async_op=True).wait();
+- "backend future": the same through get_future().wait() (the progress
+  thread completes it);
+- "gloo": dist.all_reduce on a gloo group of the same ranks.
+
+Prints, on rank 0, each variant's median per call and the backend's
+medians minus the C ABI's.
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import sparcml.torch as st
+from sparcml._lib import lib
+
+torch.set_num_threads(1)
+
+
+def variants(n, comm, gloo):
+    so, h = lib(), comm._h
+    arr = np.ones(n, dtype=np.float32)
+    ptr = arr.ctypes.data
+    t, tg = torch.ones(n), torch.ones(n)
+    return {
+        "C ABI (ctypes)": lambda: so.sparcml_allreduce(h, ptr, n, 0, 0),
+        "sparcml.Comm.allreduce": lambda: comm.allreduce(arr),
+        "backend": lambda: dist.all_reduce(t),
+        "backend async_op wait": lambda: dist.all_reduce(t, async_op=True).wait(),
+        "backend get_future wait": lambda: dist.all_reduce(t, async_op=True).get_future().wait(),
+        "gloo": lambda: dist.all_reduce(tg, group=gloo),
+    }
+
+
+def measure(fns, comm, rounds, warmup, burst):
+    """Median seconds per call of each fn: per round, each fn in turn runs
+    burst calls back to back after a barrier (the ranks keep each other in
+    step, as in a training loop), timed together."""
+    names = list(fns)
+    times = {k: [] for k in names}
+    for i in range(warmup + rounds):
+        order = names[i % len(names):] + names[:i % len(names)]
+        for k in order:
+            fn = fns[k]
+            comm.barrier()
+            s = time.perf_counter()
+            for _ in range(burst):
+                fn()
+            if i >= warmup:
+                times[k].append((time.perf_counter() - s) / burst)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1,1024", help="float32 elements, comma-separated")
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--burst", type=int, default=20, help="calls timed together")
+    ap.add_argument("--warmup", type=int, default=10)
+    args = ap.parse_args()
+    dist.init_process_group("sparcml")
+    gloo = dist.new_group(backend="gloo")
+    comm = st.default_comm()
+    for n in (int(s) for s in args.sizes.split(",")):
+        med = measure(variants(n, comm, gloo), comm, args.rounds, args.warmup, args.burst)
+        if comm.rank == 0:
+            base = med["C ABI (ctypes)"]
+            print("all_reduce of %d float32 on %d ranks, median over %d rounds of %d calls back to back:" % (
+                n, comm.size, args.rounds, args.burst))
+            for k, v in med.items():
+                print("  %-26s %8.1f us  %+8.1f us over the C ABI" % (k, v * 1e6, (v - base) * 1e6))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
