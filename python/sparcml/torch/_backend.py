@@ -21,9 +21,8 @@ operation maps onto the library:
   (allgatherv, broadcast, point-to-point messages) for any dtype.
 - reduce_scatter: sparcml's reduce-scatter (the allgather path above for
   PRODUCT and integers); reduce is an all_reduce.
-- Subgroups get a communicator of their own, met through the group's
-  store (torch creates a backend only on the group's members, so a split
-  of the world communicator, collective over every rank, cannot be used).
+- Subgroups (dist.new_group) are Comm.Split of the world's communicator,
+  through torch's own split protocol (see create).
 """
 
 import datetime
@@ -133,6 +132,20 @@ class SparcmlBackend(_C10dBackend):
 
     def getBackendName(self):  # noqa: N802 - c10d's name
         return "sparcml"
+
+    # ---- subgroups: torch's communicator split (see create) ----
+
+    # Read by torch's new_group: the world's backend can be split.
+    supports_splitting = True
+
+    def eager_connect_single_device(self, device):
+        """torch's hook for a group bound to a device: the communicator is
+        connected already."""
+
+    def perform_nocolor_split(self, device):
+        """torch calls this on a rank outside a new group (instead of
+        creating a backend there): its part of the collective split."""
+        self.comm.split(-1)
 
     # ---- plumbing ----
 
@@ -586,12 +599,31 @@ def rendezvous(store, rank, size):
 
 
 def create(opts, backend_options=None):
-    """The creator registered with torch.distributed.Backend (extended API)."""
-    comm = rendezvous(opts.store, opts.group_rank, opts.group_size)
+    """The creator registered with torch.distributed.Backend (extended API).
+
+    The default group meets through its store. Its process group is then
+    bound to the CPU device, the condition under which torch's new_group
+    splits a communicator: on the new group's members it hands this
+    creator the world's backend (opts.split_from), on every other rank it
+    calls that backend's perform_nocolor_split, each in the order the
+    application creates groups. So a subgroup is a Comm.Split of the
+    world's communicator, collective over the world as torch's new_group
+    is. A group made with use_local_synchronization=True (which the other
+    ranks do not join; torch names it by a hash of its ranks, not by the
+    group counter) meets through its store instead."""
+    parent = getattr(opts, "split_from", None)
+    if isinstance(parent, SparcmlBackend) and str(opts.group_id).isdigit():
+        comm = parent.comm.split(0, opts.group_rank)
+    else:
+        comm, parent = rendezvous(opts.store, opts.group_rank, opts.group_size), None
     backend = SparcmlBackend(comm, opts.timeout)
-    if not opts.global_ranks_in_group or list(opts.global_ranks_in_group) == list(range(comm.size)):
+    backend.split_from = parent
+    if not opts.global_ranks_in_group:  # the default group
         from . import _set_world_comm
         _set_world_comm(comm)
+        pg = getattr(opts, "process_group", None)
+        if pg is not None and pg.bound_device_id is None:
+            pg.bound_device_id = torch.device("cpu", 0)
     return backend
 
 
