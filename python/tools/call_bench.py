@@ -3,6 +3,11 @@ same call through the C ABI, in one run.
 
     PYTHONPATH=python bin/sparcml run -n 2 -- .venv/bin/python python/tools/call_bench.py
 
+and a large one, against `sparcml bench`'s figure for the same operation:
+
+    PYTHONPATH=python bin/sparcml run -n 4 -- .venv/bin/python python/tools/call_bench.py \
+        --sizes 16777216 --rounds 10 --burst 1 --warmup 2 --variants "C ABI (ctypes),backend"
+
 For each size (--sizes, float32 elements) the variants take turns, --burst
 calls back to back each per round, after a barrier, so that whatever else
 the machine does falls on all of them alike:
@@ -16,7 +21,7 @@ the machine does falls on all of them alike:
   thread completes it);
 - "gloo": dist.all_reduce on a gloo group of the same ranks.
 
-Prints, on rank 0, each variant's median per call and the backend's
+Prints, on rank 0, each variant's median per call (the slowest rank's) and the backend's
 medians minus the C ABI's.
 """
 
@@ -52,7 +57,8 @@ def variants(n, comm, gloo):
 def measure(fns, comm, rounds, warmup, burst):
     """Median seconds per call of each fn: per round, each fn in turn runs
     burst calls back to back after a barrier (the ranks keep each other in
-    step, as in a training loop), timed together."""
+    step, as in a training loop), timed together; a round's time is the
+    slowest rank's."""
     names = list(fns)
     times = {k: [] for k in names}
     for i in range(warmup + rounds):
@@ -63,8 +69,10 @@ def measure(fns, comm, rounds, warmup, burst):
             s = time.perf_counter()
             for _ in range(burst):
                 fn()
+            took = np.array([(time.perf_counter() - s) / burst])
+            comm.allreduce(took, op="max")  # the slowest rank's, as sparcml bench reports
             if i >= warmup:
-                times[k].append((time.perf_counter() - s) / burst)
+                times[k].append(took[0])
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -74,14 +82,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--burst", type=int, default=20, help="calls timed together")
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--variants", default="", help="comma-separated names to run (default: all)")
     args = ap.parse_args()
     dist.init_process_group("sparcml")
     gloo = dist.new_group(backend="gloo")
     comm = st.default_comm()
     for n in (int(s) for s in args.sizes.split(",")):
-        med = measure(variants(n, comm, gloo), comm, args.rounds, args.warmup, args.burst)
+        fns = variants(n, comm, gloo)
+        if args.variants:
+            fns = {k: fns[k] for k in args.variants.split(",")}
+        med = measure(fns, comm, args.rounds, args.warmup, args.burst)
         if comm.rank == 0:
-            base = med["C ABI (ctypes)"]
+            base = med.get("C ABI (ctypes)", 0.0)
             print("all_reduce of %d float32 on %d ranks, median over %d rounds of %d calls back to back:" % (
                 n, comm.size, args.rounds, args.burst))
             for k, v in med.items():
