@@ -16,6 +16,10 @@ the machine does falls on all of them alike:
   (what a C program pays, plus one ctypes call);
 - "sparcml.Comm": Comm.allreduce of a NumPy array (the Python binding);
 - "backend": dist.all_reduce(tensor) on the sparcml process group;
+- "backend on NumPy memory": the same on a tensor over a NumPy array's
+  memory (NumPy asks for transparent huge pages for large arrays, torch's
+  allocator only with THP_MEM_ALLOC_ENABLE=1; over shared memory a 16M
+  allreduce is bound by copying, and the pages' size shows);
 - "backend async": dist.all_reduce(tensor, async_op=True).wait();
 - "backend future": the same through get_future().wait() (the progress
   thread completes it);
@@ -44,10 +48,12 @@ def variants(n, comm, gloo):
     arr = np.ones(n, dtype=np.float32)
     ptr = arr.ctypes.data
     t, tg = torch.ones(n), torch.ones(n)
+    tn = torch.from_numpy(np.ones(n, dtype=np.float32))
     return {
-        "C ABI (ctypes)": lambda: so.sparcml_allreduce(h, ptr, n, 0, 0),
+        "C ABI (ctypes)": lambda keep=arr: so.sparcml_allreduce(h, ptr, n, 0, 0),  # keep: ptr's array lives on
         "sparcml.Comm.allreduce": lambda: comm.allreduce(arr),
         "backend": lambda: dist.all_reduce(t),
+        "backend on NumPy memory": lambda: dist.all_reduce(tn),
         "backend async_op wait": lambda: dist.all_reduce(t, async_op=True).wait(),
         "backend get_future wait": lambda: dist.all_reduce(t, async_op=True).get_future().wait(),
         "gloo": lambda: dist.all_reduce(tg, group=gloo),

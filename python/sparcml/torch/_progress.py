@@ -22,6 +22,7 @@ the operation's done event.
 """
 
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -154,8 +155,13 @@ class Pending:
         # A Work dropped before it completed (dist.isend without keeping
         # the handle): the progress thread finishes it, so that the
         # requests' buffers stay alive and no one blocks here.
-        if getattr(self, "requests", None) and not self.done.is_set() and self._claim():
-            _enqueue(self)
+        # At interpreter exit no thread can start: each request waits for
+        # its operation in its own finalizer instead.
+        try:
+            if self.requests and not sys.is_finalizing() and not self.done.is_set() and self._claim():
+                _enqueue(self)
+        except Exception:  # noqa: BLE001 - a finalizer has no one to report to
+            pass
 
 
 def _settle(fut, value, error):
