@@ -4,9 +4,11 @@ sparcml communicator.
     import sparcml.torch               # registers the backend
     dist.init_process_group("sparcml")
 
-Each operation starts sparcml's non-blocking request(s) and returns a Work
-completed by the communicator's progress thread (_progress.py). How each
-operation maps onto the library:
+Each operation starts sparcml's non-blocking request(s) on the calling
+thread and returns a Work whose wait() waits for them there, and whose
+get_future() hands them to the communicator's progress thread
+(_progress.py); a synchronous all_reduce (torch waits at once) runs the
+blocking call instead. How each operation maps onto the library:
 
 - all_reduce of float32/float64: sparcml's allreduce, in place (zero copy
   for contiguous tensors); float16/bfloat16 are widened to float32,
