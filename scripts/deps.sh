@@ -7,7 +7,8 @@
 #                     (dataset-fashion-mnist: /usr/share/datasets/fashion-mnist)
 #   deps.sh python    also what scripts/venv.sh needs to make the Python
 #                     tests' virtual environment (python3-venv; torch, NumPy,
-#                     pytest and ruff come from PyPI into .venv)
+#                     pytest and ruff come from PyPI into .venv), and Open
+#                     MPI's mpirun, which the backend's launcher test uses
 #   deps.sh cluster   also the emulated cluster's tools (test/cluster)
 #   deps.sh mpi       also Open MPI, for the peers of `make bench-cluster`
 set -euo pipefail
@@ -15,7 +16,7 @@ set -euo pipefail
 pkgs=(libibverbs-dev ibverbs-providers dataset-fashion-mnist)
 for group in "$@"; do
 	case $group in
-	python) pkgs+=(python3-venv python3-pip) ;;
+	python) pkgs+=(python3-venv python3-pip openmpi-bin) ;;
 	cluster) pkgs+=(iproute2 iptables ethtool iperf3) ;;
 	mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
 	*) echo "deps: unknown group '$group' (want python, cluster or mpi)" >&2; exit 2 ;;

@@ -118,9 +118,11 @@ static int close_to(double got, double want, double tol)
 }
 
 /* Runs steps of the compressor against the reference; a quantized
- * average is checked against a bound instead of exactly. */
-static void run_against_reference(const char *name, int test, size_t n, sparcml_dtype dtype, double density,
-				  int ef, sparcml_quant quant, int steps)
+ * average is checked against a bound instead of exactly. With started,
+ * each step is sparcml_compressor_start, a dense allreduce started and
+ * completed while it is in flight, then sparcml_wait. */
+static void run_steps(const char *name, int test, size_t n, sparcml_dtype dtype, double density, int ef,
+		      sparcml_quant quant, int steps, int started)
 {
 	sparcml_compressor *comp = NULL;
 	CHECK_OK(sparcml_compressor_create(g_comm, n, dtype, density, quant, ef, SPARCML_SELECT_EXACT, &comp));
@@ -132,7 +134,15 @@ static void run_against_reference(const char *name, int test, size_t n, sparcml_
 	double *avg = malloc(n * sizeof *avg);
 	for (int t = 0; t < steps; t++) {
 		grad_of(buf, dtype, test, g_rank, t, n);
-		CHECK_OK(sparcml_compressor_reduce(comp, buf, n));
+		if (started) {
+			sparcml_request *req = NULL;
+			CHECK_OK(sparcml_compressor_start(comp, buf, n, &req));
+			check_still_usable("a compressor's start");
+			CHECK_OK(sparcml_wait(&req, -1));
+			CHECK(req == NULL, "%s step %d: request not released", name, t);
+		} else {
+			CHECK_OK(sparcml_compressor_reduce(comp, buf, n));
+		}
 		ref_step(&r, test, t, avg);
 		/* Quantized values: each encoding on the way (at most one per
 		 * rank) errs by at most one step of its scale, which is at most
@@ -173,6 +183,12 @@ static void run_against_reference(const char *name, int test, size_t n, sparcml_
 	CHECK_OK(sparcml_compressor_destroy(comp));
 	ref_free(&r);
 	free(buf), free(res), free(avg);
+}
+
+static void run_against_reference(const char *name, int test, size_t n, sparcml_dtype dtype, double density,
+				  int ef, sparcml_quant quant, int steps)
+{
+	run_steps(name, test, n, dtype, density, ef, quant, steps, 0);
 }
 
 /* Density 1 sends everything: the average is the dense allreduce's. */
@@ -414,6 +430,8 @@ void test_compressor(void)
 	density_one_is_dense_average();
 	run_against_reference("top-10% EF float32", 910, 1000, SPARCML_FLOAT32, 0.1, 1, SPARCML_QUANT_NONE, 3);
 	run_against_reference("top-5% no EF float64", 911, 777, SPARCML_FLOAT64, 0.05, 0, SPARCML_QUANT_NONE, 2);
+	run_steps("top-10% EF float32, started", 913, 1000, SPARCML_FLOAT32, 0.1, 1, SPARCML_QUANT_NONE, 3, 1);
+	run_steps("top-5% EF float64 q8, started", 914, 777, SPARCML_FLOAT64, 0.05, 1, SPARCML_QUANT_Q8, 2, 1);
 	run_against_reference("top-1% EF float32, large", 912, 300000, SPARCML_FLOAT32, 0.01, 1, SPARCML_QUANT_NONE,
 			      2);
 	static const sparcml_quant quants[] = {SPARCML_QUANT_FP16, SPARCML_QUANT_BF16, SPARCML_QUANT_Q8,

@@ -78,6 +78,7 @@ void test_sparse_rows(void);
 void test_nonblocking(void);
 void test_errors(void);
 void test_compressor(void);
+void test_p2p(void);
 void test_abort(void);
 
 #endif

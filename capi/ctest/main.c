@@ -130,6 +130,7 @@ int main(int argc, char **argv)
 	test_nonblocking();
 	test_errors();
 	test_compressor();
+	test_p2p();
 	int failed = agree_on_failures();
 	if (g_rank == 0)
 		printf("%s: %d ranks, %s\n", argv[0], g_size, failed ? "FAILED" : "every check passed on every rank");

@@ -95,3 +95,58 @@ def test_timeout_is_the_deadline():
     res = by_hand("backend_timeout.py", 2, "tcp://127.0.0.1:%d" % free_port(), timeout=120)
     rc, out = res[0]
     assert rc == 0 and "rank 0 timed out" in out, out[-4000:]
+
+
+def launcher_env():
+    """The tests' environment without torchrun's or sparcml run's
+    variables (what mpirun and srun do not set)."""
+    e = env()
+    for k in [k for k in e if k.startswith(("SPARCML_", "OMPI_", "PMI_", "SLURM_"))
+              and k not in ("SPARCML_TIMEOUT", "SPARCML_DEBUG")]:
+        del e[k]
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        e.pop(k, None)
+    return e
+
+
+def test_mpirun():
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun (Open MPI) is not installed: `make deps-mpi` installs it")
+    e = launcher_env()
+    e["SPARCML_ADDR"] = "127.0.0.1:%d" % free_port()
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "3"]
+    for k in ("PYTHONPATH", "SPARCML_ADDR", "SPARCML_TIMEOUT", "SPARCML_DEBUG"):
+        cmd += ["-x", k]
+    p = subprocess.run(cmd + [sys.executable, os.path.join(RANKS, "backend_launcher.py")], env=e,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-8000:]
+    for r in range(3):
+        assert "rank %d of 3: launcher environment ok" % r in p.stdout, p.stdout[-4000:]
+
+
+def test_srun_environment():
+    """No Slurm daemons run here: the ranks are started by hand with the
+    variables srun gives each task of a one-node step (SLURM_PROCID,
+    SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_ID, SLURM_STEP_ID,
+    SLURM_STEP_NODELIST); sparcml derives rank, size, rank 0's host (the
+    step's first node) and the token from them, as under srun."""
+    port = free_port()
+    procs = []
+    for r in range(3):
+        e = launcher_env()
+        e.update(SLURM_PROCID=str(r), SLURM_NTASKS="3", SLURM_LOCALID=str(r), SLURM_NODEID="0",
+                 SLURM_JOB_ID=str(port), SLURM_STEP_ID="0", SLURM_STEP_NODELIST="localhost",
+                 SLURM_JOB_NODELIST="localhost", SPARCML_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, os.path.join(RANKS, "backend_launcher.py")], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=240)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, "rank %d exited %d:\n%s" % (r, p.returncode, out[-8000:])
+        assert "rank %d of 3: launcher environment ok" % r in out, out[-4000:]

@@ -304,5 +304,7 @@ def allreduce_sparse(tensor, comm=None, average=False):
 
 from ._backend import SparcmlBackend as SparcmlBackend  # noqa: E402 - after what it shares (default_comm)
 from ._backend import register  # noqa: E402
+from ._launch import install as _install_launchers  # noqa: E402
 
 register()
+_install_launchers()

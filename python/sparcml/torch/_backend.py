@@ -4,9 +4,11 @@ sparcml communicator.
     import sparcml.torch               # registers the backend
     dist.init_process_group("sparcml")
 
-Each operation starts sparcml's non-blocking request(s) and returns a Work
-completed by the communicator's progress thread (_progress.py). How each
-operation maps onto the library:
+Each operation starts sparcml's non-blocking request(s) on the calling
+thread and returns a Work whose wait() waits for them there, and whose
+get_future() hands them to the communicator's progress thread
+(_progress.py); a synchronous all_reduce (torch waits at once) runs the
+blocking call instead. How each operation maps onto the library:
 
 - all_reduce of float32/float64: sparcml's allreduce, in place (zero copy
   for contiguous tensors); float16/bfloat16 are widened to float32,
@@ -20,9 +22,8 @@ operation maps onto the library:
   (allgatherv, broadcast, point-to-point messages) for any dtype.
 - reduce_scatter: sparcml's reduce-scatter (the allgather path above for
   PRODUCT and integers); reduce is an all_reduce.
-- Subgroups get a communicator of their own, met through the group's
-  store (torch creates a backend only on the group's members, so a split
-  of the world communicator, collective over every rank, cannot be used).
+- Subgroups (dist.new_group) are Comm.Split of the world's communicator,
+  through torch's own split protocol (see create).
 """
 
 import datetime
@@ -37,12 +38,15 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import Work as _C10dWork
 
 import sparcml
+from sparcml._arrays import DTYPES, OPS
 
 from . import _progress
 
 R = dist.ReduceOp.RedOpType
 LIBRARY_OPS = {R.SUM: "sum", R.AVG: "avg", R.MIN: "min", R.MAX: "max"}
+OP_CODES = {kind: OPS[name] for kind, name in LIBRARY_OPS.items()}  # the C ABI's sparcml_op
 NATIVE = (torch.float32, torch.float64)
+DTYPE_CODES = {torch.float32: DTYPES[np.dtype(np.float32)], torch.float64: DTYPES[np.dtype(np.float64)]}
 WIDENED = (torch.float16, torch.bfloat16)
 
 
@@ -52,7 +56,9 @@ class Unsupported(Exception):
 
 class Work(_C10dWork):
     """A c10d Work over one Pending: wait() and get_future() complete when
-    sparcml's requests have and the results are in the caller's tensors."""
+    sparcml's requests have and the results are in the caller's tensors.
+    wait() waits for the requests on the calling thread; get_future() hands
+    them to the progress thread (_progress.py)."""
 
     def __init__(self, pending):
         super().__init__()
@@ -60,14 +66,14 @@ class Work(_C10dWork):
 
     def wait(self, timeout=None):
         t = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
-        self._p.wait(t if t else None)
+        self._p.wait(t if t and t > 0 else None)
         return True
 
     def get_future(self):
         return self._p.future
 
     def is_completed(self):
-        return self._p.done.is_set()
+        return self._p.poll()
 
     def is_success(self):
         return self._p.done.is_set() and self._p.error is None
@@ -128,6 +134,20 @@ class SparcmlBackend(_C10dBackend):
     def getBackendName(self):  # noqa: N802 - c10d's name
         return "sparcml"
 
+    # ---- subgroups: torch's communicator split (see create) ----
+
+    # Read by torch's new_group: the world's backend can be split.
+    supports_splitting = True
+
+    def eager_connect_single_device(self, device):
+        """torch's hook for a group bound to a device: the communicator is
+        connected already."""
+
+    def perform_nocolor_split(self, device):
+        """torch calls this on a rank outside a new group (instead of
+        creating a backend there): its part of the collective split."""
+        self.comm.split(-1)
+
     # ---- plumbing ----
 
     def _begin(self, op, opts):
@@ -166,6 +186,8 @@ class SparcmlBackend(_C10dBackend):
 
     def allreduce(self, tensors, opts):
         self._begin("allreduce", opts)
+        if len(tensors) == 1 and not getattr(opts, "asyncOp", True) and self._reduce_now(tensors[0], opts.reduceOp.op):
+            return Work(_progress.completed("allreduce", list(tensors)))
         reqs, steps = [], []
         for t in tensors:
             r, s = self._start_allreduce("allreduce", t, opts.reduceOp.op)
@@ -183,8 +205,8 @@ class SparcmlBackend(_C10dBackend):
         self._check(op, t, sparse=True)
         if t.layout == torch.sparse_coo:
             return self._start_sparse(op, t, kind)
-        name = LIBRARY_OPS.get(kind)
-        if name is not None and (t.dtype in NATIVE or t.dtype in WIDENED):
+        code = OP_CODES.get(kind)
+        if code is not None and (t.dtype in NATIVE or t.dtype in WIDENED):
             if t.dtype in NATIVE:
                 work, back = _contiguous(t)
             else:
@@ -192,9 +214,30 @@ class SparcmlBackend(_C10dBackend):
 
                 def back():
                     t.copy_(work)  # rounded once, from the float32 sum
-            req = self.comm.start_allreduce(work.detach().reshape(-1).numpy(), op=name)
+            comm = self.comm
+            req = comm._start(comm._so.sparcml_start_allreduce,
+                              (comm._handle(op), work.data_ptr(), work.numel(), DTYPE_CODES[work.dtype], code),
+                              op, (work,), value=work)
             return [req], back
         return self._start_gathered_reduce(op, t, kind, None)
+
+    def _reduce_now(self, t, kind):
+        """The blocking allreduce of t in place, when torch waits for the
+        operation at once (opts.asyncOp false: a plain dist.all_reduce) and
+        t needs nothing around the library's call: a contiguous float32 or
+        float64 CPU tensor and SUM, AVG, MIN or MAX. False (nothing done)
+        otherwise. Starting a request and waiting for it costs a hand-over
+        between threads inside the library that the blocking call does not
+        (python/tools/call_bench.py)."""
+        code = OP_CODES.get(kind)
+        dtype = DTYPE_CODES.get(t.dtype) if isinstance(t, torch.Tensor) else None
+        if code is None or dtype is None or t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
+            return False
+        comm = self.comm
+        rc = comm._so.sparcml_allreduce(comm._handle("allreduce"), t.data_ptr(), t.numel(), dtype, code)
+        if rc:
+            comm._raise(rc)
+        return True
 
     def _start_gathered_reduce(self, op, t, kind, block):
         """Reduces t (or, with block=(rank's offset, length), that block of
@@ -558,12 +601,31 @@ def rendezvous(store, rank, size):
 
 
 def create(opts, backend_options=None):
-    """The creator registered with torch.distributed.Backend (extended API)."""
-    comm = rendezvous(opts.store, opts.group_rank, opts.group_size)
+    """The creator registered with torch.distributed.Backend (extended API).
+
+    The default group meets through its store. Its process group is then
+    bound to the CPU device, the condition under which torch's new_group
+    splits a communicator: on the new group's members it hands this
+    creator the world's backend (opts.split_from), on every other rank it
+    calls that backend's perform_nocolor_split, each in the order the
+    application creates groups. So a subgroup is a Comm.Split of the
+    world's communicator, collective over the world as torch's new_group
+    is. A group made with use_local_synchronization=True (which the other
+    ranks do not join; torch names it by a hash of its ranks, not by the
+    group counter) meets through its store instead."""
+    parent = getattr(opts, "split_from", None)
+    if isinstance(parent, SparcmlBackend) and str(opts.group_id).isdigit():
+        comm = parent.comm.split(0, opts.group_rank)
+    else:
+        comm, parent = rendezvous(opts.store, opts.group_rank, opts.group_size), None
     backend = SparcmlBackend(comm, opts.timeout)
-    if not opts.global_ranks_in_group or list(opts.global_ranks_in_group) == list(range(comm.size)):
+    backend.split_from = parent
+    if not opts.global_ranks_in_group:  # the default group
         from . import _set_world_comm
         _set_world_comm(comm)
+        pg = getattr(opts, "process_group", None)
+        if pg is not None and pg.bound_device_id is None:
+            pg.bound_device_id = torch.device("cpu", 0)
     return backend
 
 

@@ -271,17 +271,45 @@ def test_async_out_of_order(rank, size):
 
 
 def test_subgroup(rank, size):
-    if size < 3:
-        return
-    members = [0, size - 1]
+    """dist.new_group is a split of the world's communicator (torch calls
+    the world backend's perform_nocolor_split on the other ranks); each
+    operation on it equals gloo's on a group of the same ranks, same
+    inputs. A group made with use_local_synchronization (not joined by the
+    others) meets through its store; new_subgroups splits once per group."""
+    cpu = torch.device("cpu")
+    world = dist.group.WORLD._get_backend(cpu)
+    members = [0, size - 1] if size >= 3 else list(range(size))
     g = dist.new_group(members)
+    gl = dist.new_group(members, backend="gloo")
     if rank in members:
-        t = data("sub", rank, (4,), torch.float32)
-        dist.all_reduce(t, group=g)
-        torch.testing.assert_close(t, sum(data("sub", r, (4,), torch.float32) for r in members))
-        out = [torch.empty(2) for _ in members]
-        dist.all_gather(out, torch.full((2,), float(rank)), group=g)
-        assert [o[0].item() for o in out] == [float(m) for m in members]
+        assert g._get_backend(cpu).split_from is world, "the subgroup was not split from the world's communicator"
+        for op in (R.SUM, R.MAX, R.PRODUCT):
+            t, want = data("sub", rank, (5,), torch.float32), data("sub", rank, (5,), torch.float32)
+            dist.all_reduce(t, op=op, group=g)
+            dist.all_reduce(want, op=op, group=gl)
+            torch.testing.assert_close(t, want)
+        x = torch.full((2,), float(rank))
+        out, want = [torch.empty(2) for _ in members], [torch.empty(2) for _ in members]
+        dist.all_gather(out, x, group=g)
+        dist.all_gather(want, x, group=gl)
+        for o, w in zip(out, want):
+            torch.testing.assert_close(o, w)
+        b, bw = data("subbc", rank, (3,), torch.float64), data("subbc", rank, (3,), torch.float64)
+        dist.broadcast(b, src=members[-1], group=g)
+        dist.broadcast(bw, src=members[-1], group=gl)
+        torch.testing.assert_close(b, bw)
+    if size >= 3:
+        pair = [1, 2]
+        if rank in pair:
+            loc = dist.new_group(pair, use_local_synchronization=True)
+            assert loc._get_backend(cpu).split_from is None
+            t = data("subloc", rank, (4,), torch.float32)
+            dist.all_reduce(t, group=loc)
+            torch.testing.assert_close(t, sum(data("subloc", r, (4,), torch.float32) for r in pair))
+    mine, _ = dist.new_subgroups(group_size=1)
+    t = torch.full((2,), float(rank))
+    dist.all_reduce(t, group=mine)
+    assert (t == rank).all(), t
     dist.barrier()
 
 
