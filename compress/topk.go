@@ -68,10 +68,21 @@ func topK[K key](s *scratch, dst []uint32, keys []K, k int) ([]uint32, K) {
 		return appendAbove(dst, keys, 0), 0
 	}
 	hist := s.histogram()
+	topDigits(hist, keys)
+	return topKOfHistogram(s, dst, keys, k, hist)
+}
+
+// topDigits counts keys by the top digit of their magnitude into hist.
+func topDigits[K key](hist *[bins]uint32, keys []K) {
 	sh := magBits[K]() + 1 - digitBits // (key<<1)>>sh: top digit of the magnitude
 	for _, v := range keys {
 		hist[uint16((v<<1)>>sh)]++
 	}
+}
+
+// topKOfHistogram is topK after its first pass, hist the top digits of
+// every key (0 < k < len(keys)).
+func topKOfHistogram[K key](s *scratch, dst []uint32, keys []K, k int, hist *[bins]uint32) ([]uint32, K) {
 	top, above := boundary(hist[:], k)
 	need := k - above
 	rest := magBits[K]() - digitBits // magnitude bits below the top digit

@@ -1,0 +1,116 @@
+package sparcml
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sparcml/sparcml/compress"
+)
+
+// BenchmarkCompressorScopes times the Compressor's whole step (error
+// feedback, local selection, reduction, result written back) on 8
+// in-memory ranks sharing the machine's cores, n = 16M float32 at 1%, for
+// each scope and local selection, every rank's gradient drawn afresh
+// each step (outside the timer). It is the CPU side of `sparcml bench
+// --op compress`: on the emulated cluster the wire adds to it. cpu-ms/op
+// is the process's CPU time a step (every rank's), which on a shared
+// machine says more than the wall-clock time.
+//
+//	go test -run '^$' -bench CompressorScopes -benchtime 8x .
+//	go test -run '^$' -bench 'CompressorScopes/exact/global' -benchtime 8x -cpuprofile /tmp/cpu .
+func BenchmarkCompressorScopes(b *testing.B) {
+	const p, n = 8, 16 << 20
+	// Three gradients per rank taken in turn: drawing 8 fresh ones a step
+	// would cost more than the step.
+	pool := make([][][]float32, p)
+	for r := range pool {
+		for s := range 3 {
+			pool[r] = append(pool[r], benchGradient(r, s, n))
+		}
+	}
+	for _, method := range []compress.Method{compress.Exact, compress.Reuse, compress.Sampled} {
+		for _, scope := range []compress.Scope{compress.ScopeUnion, compress.ScopeGlobal} {
+			b.Run(fmt.Sprintf("%v/%v", method, scope), func(b *testing.B) {
+				cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.01, Method: method}, Scope: scope}
+				benchCompressor(b, pool, cfg)
+			})
+		}
+	}
+}
+
+func benchCompressor(b *testing.B, pool [][][]float32, cfg CompressorConfig) {
+	p, n := len(pool), len(pool[0][0])
+	grads := make([][]float32, p)
+	for r := range grads {
+		grads[r] = make([]float32, n)
+	}
+	comms, err := Local(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeAll(comms)
+	zs := make([]*Compressor[float32], p)
+	for r, c := range comms {
+		if zs[r], err = NewCompressor[float32](c, n, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	onRanks := func(fn func(r int) error) {
+		var wg sync.WaitGroup
+		errs := make([]error, p)
+		for r := range p {
+			wg.Go(func() { errs[r] = fn(r) })
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				b.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	kept, cpu := 0, time.Duration(0)
+	step := func(s int, timed bool) {
+		onRanks(func(r int) error {
+			copy(grads[r], pool[r][s%len(pool[r])])
+			return nil
+		})
+		if timed {
+			b.StartTimer()
+			cpu0 := processCPUTime()
+			defer func() { cpu += processCPUTime() - cpu0 }()
+		}
+		onRanks(func(r int) error {
+			st, err := zs[r].Reduce(context.Background(), grads[r])
+			if r == 0 {
+				kept += st.NNZOut
+			}
+			return err
+		})
+		if timed {
+			b.StopTimer()
+		}
+	}
+	step(0, false)
+	kept = 0
+	b.ResetTimer()
+	b.StopTimer()
+	for i := range b.N {
+		step(i+1, true)
+	}
+	b.ReportMetric(float64(kept)/float64(b.N), "kept")
+	b.ReportMetric(cpu.Seconds()*1e3/float64(b.N), "cpu-ms/op")
+}
+
+// benchGradient is rank r's normal gradient of a step.
+func benchGradient(r, step, n int) []float32 {
+	rng := rand.New(rand.NewPCG(uint64(r+1), uint64(step)))
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = float32(rng.NormFloat64())
+	}
+	return g
+}
