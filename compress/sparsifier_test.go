@@ -315,6 +315,7 @@ func TestStepSelectsTopKOfUpdate(t *testing.T) {
 }
 
 func testStepSelectsTopKOfUpdate[T Float](t *testing.T) {
+	onePass := 0
 	const n = 3*gatherChunk + 777 // blocks and a partial one
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, layers := range [][]int{nil, {1000, gatherChunk + 1, n - 1000 - gatherChunk - 1}} {
@@ -346,9 +347,11 @@ func testStepSelectsTopKOfUpdate[T Float](t *testing.T) {
 						}
 						off += size
 					}
+					before := s.sel.sc.onePass
 					info, err := s.Step(g, &out)
 					require.NoError(t, err)
 					require.True(t, info.Exact)
+					onePass += s.sel.sc.onePass - before
 					if !slices.Equal(nonNil(want), nonNil(out.Indices)) {
 						t.Fatalf("%T layers %v density %v step %d %s: sent %d entries, want the %d of the reference", g, layers, density, step, name, len(out.Indices), len(want))
 					}
@@ -361,4 +364,6 @@ func testStepSelectsTopKOfUpdate[T Float](t *testing.T) {
 			}
 		}
 	}
+	t.Logf("%T: %d one-pass selections", *new(T), onePass)
+	require.Positive(t, onePass, "no step took the one-pass selection")
 }

@@ -31,11 +31,15 @@ const (
 
 // scratch holds the buffers a selection reuses across calls.
 type scratch struct {
-	hist     []uint32 // bins counters
-	cand     []uint32 // candidate indices
-	sample32 []uint32 // sampled keys (threshold.go)
-	sample64 []uint64
-	bits     []uint64 // random-k membership bitmap (randk.go)
+	hist      []uint32 // bins counters
+	cand      []uint32 // candidate indices
+	sample32  []uint32 // sampled keys (threshold.go)
+	sample64  []uint64
+	bits      []uint64 // random-k membership bitmap (randk.go)
+	found32   []uint32 // keys gathered by the one-pass selection (fused.go)
+	found64   []uint64
+	positions []uint32 // the top k's positions among them
+	onePass   int      // exact selections that took one pass (for tests)
 }
 
 func (s *scratch) histogram() *[bins]uint32 {
