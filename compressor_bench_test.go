@@ -3,7 +3,6 @@ package sparcml
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +14,7 @@ import (
 // feedback, local selection, reduction, result written back) on 8
 // in-memory ranks sharing the machine's cores, n = 16M float32 at 1%, for
 // each scope and local selection, after warmupSteps, every rank's
-// gradient copied in each step (outside the timer). It is the CPU side of `sparcml bench
+// gradient drawn afresh each step (outside the timer). It is the CPU side of `sparcml bench
 // --op compress`: on the emulated cluster the wire adds to it. cpu-ms/op
 // is the process's CPU time a step (every rank's), which on a shared
 // machine says more than the wall-clock time.
@@ -24,19 +23,15 @@ import (
 //	go test -run '^$' -bench 'CompressorScopes/exact/global' -benchtime 8x -cpuprofile /tmp/cpu .
 func BenchmarkCompressorScopes(b *testing.B) {
 	const p, n = 8, 16 << 20
-	// Three gradients per rank taken in turn: drawing 8 fresh ones a step
-	// would cost more than the step.
-	pool := make([][][]float32, p)
-	for r := range pool {
-		for s := range 3 {
-			pool[r] = append(pool[r], benchGradient(r, s, n))
-		}
+	grads := make([][]float32, p)
+	for r := range grads {
+		grads[r] = make([]float32, n)
 	}
 	for _, method := range []compress.Method{compress.Exact, compress.Reuse, compress.Sampled} {
 		for _, scope := range []compress.Scope{compress.ScopeUnion, compress.ScopeGlobal} {
 			b.Run(fmt.Sprintf("%v/%v", method, scope), func(b *testing.B) {
 				cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.01, Method: method}, Scope: scope}
-				benchCompressor(b, pool, cfg)
+				benchCompressor(b, grads, cfg)
 			})
 		}
 	}
@@ -47,12 +42,8 @@ func BenchmarkCompressorScopes(b *testing.B) {
 // steps (a quarter from step 5 to 6), then settle.
 const warmupSteps = 6
 
-func benchCompressor(b *testing.B, pool [][][]float32, cfg CompressorConfig) {
-	p, n := len(pool), len(pool[0][0])
-	grads := make([][]float32, p)
-	for r := range grads {
-		grads[r] = make([]float32, n)
-	}
+func benchCompressor(b *testing.B, grads [][]float32, cfg CompressorConfig) {
+	p, n := len(grads), len(grads[0])
 	comms, err := Local(p)
 	if err != nil {
 		b.Fatal(err)
@@ -80,7 +71,7 @@ func benchCompressor(b *testing.B, pool [][][]float32, cfg CompressorConfig) {
 	kept, cpu := 0, time.Duration(0)
 	step := func(s int, timed bool) {
 		onRanks(func(r int) error {
-			copy(grads[r], pool[r][s%len(pool[r])])
+			benchGradient(grads[r], r, s)
 			return nil
 		})
 		if timed {
@@ -112,12 +103,16 @@ func benchCompressor(b *testing.B, pool [][][]float32, cfg CompressorConfig) {
 	b.ReportMetric(cpu.Seconds()*1e3/float64(b.N), "cpu-ms/op")
 }
 
-// benchGradient is rank r's normal gradient of a step.
-func benchGradient(r, step, n int) []float32 {
-	rng := rand.New(rand.NewPCG(uint64(r+1), uint64(step)))
-	g := make([]float32, n)
+// benchGradient fills g with rank r's gradient of a step: multiples of
+// 1/64 in [-16, 16] from a counter-based hash, as `sparcml bench --op
+// compress` draws them.
+func benchGradient(g []float32, r, step int) {
+	x := uint64(step+1)*0xD1B54A32D192ED03 ^ uint64(r+1)*0xBF58476D1CE4E5B9
 	for i := range g {
-		g[i] = float32(rng.NormFloat64())
+		x += 0x9E3779B97F4A7C15
+		z := (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+		z ^= z >> 31
+		g[i] = float32(int(z%2049)-1024) / 64
 	}
-	return g
 }

@@ -6,14 +6,14 @@ package compress
 //
 // After a first step, the pass gathers every entry at or above a guess,
 // guessFactor times the last step's threshold, as long as it has gathered
-// at most guessLimit·k. When it gathers more than k, the k-th largest
-// magnitude is at or above the guess, so the gathered entries hold every
-// entry that can be selected, and the top k among them (topKOfList) is the
-// exact top k of the whole input: one pass over memory instead of three
-// (update, histogram, partition), and no histogram. Otherwise topK runs
-// on the updated input. On a first step (no threshold yet) the pass
-// builds topK's histogram instead. Either way the result is Select's on the
-// updated v, bit for bit; only the order of the work changes.
+// at most guessLimit·k, with their keys. When it gathers more than k, the
+// k-th largest magnitude is at or above the guess, so the gathered entries
+// hold every entry that can be selected, and topK on their keys (a compact
+// array, in the cache) is the exact top k of the whole input: one pass
+// over memory instead of three (update, histogram, partition). Otherwise
+// topK runs on the updated input. On a first step (no threshold yet) the
+// pass builds topK's histogram instead. Either way the result is Select's
+// on the updated v, bit for bit; only the order of the work changes.
 // Thresholds drift slowly from step to step in training (Ok-Topk reuses
 // them for that reason). BenchmarkStep and BenchmarkCompressorScopes
 // measure the fused step, and its one-pass share.
