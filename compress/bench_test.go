@@ -174,6 +174,14 @@ func BenchmarkDenseAddLoop(b *testing.B) {
 	m.report(benchN * 4)
 }
 
+// BenchmarkStepApart is BenchmarkStep's peer: the same step with the
+// update, the exact selection (TopK: two passes) and the taking of the
+// values done one after the other, as the Sparsifier does with momentum
+// correction.
+func BenchmarkStepApart(b *testing.B) {
+	benchStep(b, true)
+}
+
 // BenchmarkStep is a whole Sparsifier step (error feedback, exact top 1%,
 // taking the values out of the residual) over 16M float32, a fresh
 // gradient each step (drawn outside the timer and the CPU meter), after
@@ -181,6 +189,10 @@ func BenchmarkDenseAddLoop(b *testing.B) {
 // residual. "one-pass/op" is the share of steps whose selection took one
 // pass over the residual (fused.go).
 func BenchmarkStep(b *testing.B) {
+	benchStep(b, false)
+}
+
+func benchStep(b *testing.B, apart bool) {
 	g := make([]float32, benchN)
 	s, err := NewSparsifier[float32](benchN, Config{Density: benchDensity})
 	if err != nil {
@@ -204,14 +216,22 @@ func BenchmarkStep(b *testing.B) {
 		stepGradient(g, warmup+i)
 		b.StartTimer()
 		c0 := threadCPU()
-		_, _ = s.Step(g, &out)
+		if apart {
+			accumulate(s.residual, g)
+			out.Indices, _ = s.sel.TopK(out.Indices[:0], s.residual, SelectCount(benchN, benchDensity))
+			out.Values = take(out.Values[:0], s.residual, out.Indices, s.residual, nil)
+		} else {
+			_, _ = s.Step(g, &out)
+		}
 		cpu += threadCPU() - c0
 	}
 	b.StopTimer()
 	if cpu > 0 {
 		b.ReportMetric(float64(benchN*4)*float64(b.N)/cpu.Seconds()/1e6, "cpu-MB/s")
 	}
-	b.ReportMetric(float64(s.sel.sc.onePass-onePass)/float64(b.N), "one-pass/op")
+	if !apart {
+		b.ReportMetric(float64(s.sel.sc.onePass-onePass)/float64(b.N), "one-pass/op")
+	}
 }
 
 // stepGradient fills g with a step's gradient: multiples of 1/64 in
