@@ -14,10 +14,12 @@ import (
 // feedback, local selection, reduction, result written back) on 8
 // in-memory ranks sharing the machine's cores, n = 16M float32 at 1%, for
 // each scope and local selection, after warmupSteps, every rank's
-// gradient drawn afresh each step (outside the timer). It is the CPU side of `sparcml bench
-// --op compress`: on the emulated cluster the wire adds to it. cpu-ms/op
-// is the process's CPU time a step (every rank's), which on a shared
-// machine says more than the wall-clock time.
+// gradient drawn afresh each step (outside the timer). It is the CPU side
+// of `sparcml bench --op compress`: on the emulated cluster the wire adds
+// to it. cpu-ms/op is the process's CPU time a step (every rank's), which
+// on a shared machine says more than the wall-clock time. "local" is the
+// part both scopes do, the Sparsifier's step and the result written into
+// the gradient, without the reduction.
 //
 //	go test -run '^$' -bench CompressorScopes -benchtime 8x .
 //	go test -run '^$' -bench 'CompressorScopes/exact/global' -benchtime 8x -cpuprofile /tmp/cpu .
@@ -28,10 +30,13 @@ func BenchmarkCompressorScopes(b *testing.B) {
 		grads[r] = make([]float32, n)
 	}
 	for _, method := range []compress.Method{compress.Exact, compress.Reuse, compress.Sampled} {
-		for _, scope := range []compress.Scope{compress.ScopeUnion, compress.ScopeGlobal} {
+		for _, scope := range []string{"union", "global", "local"} {
 			b.Run(fmt.Sprintf("%v/%v", method, scope), func(b *testing.B) {
-				cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.01, Method: method}, Scope: scope}
-				benchCompressor(b, grads, cfg)
+				cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.01, Method: method}}
+				if scope == "global" {
+					cfg.Scope = compress.ScopeGlobal
+				}
+				benchCompressor(b, grads, cfg, scope == "local")
 			})
 		}
 	}
@@ -42,7 +47,7 @@ func BenchmarkCompressorScopes(b *testing.B) {
 // steps (a quarter from step 5 to 6), then settle.
 const warmupSteps = 6
 
-func benchCompressor(b *testing.B, grads [][]float32, cfg CompressorConfig) {
+func benchCompressor(b *testing.B, grads [][]float32, cfg CompressorConfig, local bool) {
 	p, n := len(grads), len(grads[0])
 	comms, err := Local(p)
 	if err != nil {
@@ -80,6 +85,15 @@ func benchCompressor(b *testing.B, grads [][]float32, cfg CompressorConfig) {
 			defer func() { cpu += processCPUTime() - cpu0 }()
 		}
 		onRanks(func(r int) error {
+			if local {
+				z := zs[r]
+				info, err := z.sp.Step(grads[r], &z.send)
+				z.send.ToDense(grads[r])
+				if r == 0 {
+					kept += info.Selected
+				}
+				return err
+			}
 			st, err := zs[r].Reduce(context.Background(), grads[r])
 			if r == 0 {
 				kept += st.NNZOut
