@@ -52,3 +52,40 @@ func testEstimateBucket[T Float](t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEstimateBucket: the bucket of 160K float32 sums spread around
+// the last threshold (an owner's share at P = 8, n = 16M, 1%), by
+// estimateBucket ("direct") and by binary search ("search").
+//
+//	go test -run '^$' -bench EstimateBucket ./collectives/
+func BenchmarkEstimateBucket(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const last = 40.0
+	var edges [estimateBuckets + 1]uint64
+	for j := range edges {
+		edges[j] = magnitudeKey[float32](last * math.Exp2(float64(j-estimateBuckets/2)/estimateOctave))
+	}
+	keys := make([]uint64, 160_000)
+	for i := range keys {
+		keys[i] = magnitudeKey[float32](last * math.Exp2(rng.NormFloat64()))
+	}
+	var counts [estimateBuckets + 1]int
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			for _, k := range keys {
+				if j := estimateBucket(&edges, k, 23-5); j >= 0 {
+					counts[j]++
+				}
+			}
+		}
+	})
+	b.Run("search", func(b *testing.B) {
+		for b.Loop() {
+			for _, k := range keys {
+				if j := estimateBucketRef(edges[:], k); j >= 0 {
+					counts[j]++
+				}
+			}
+		}
+	})
+}

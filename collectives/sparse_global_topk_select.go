@@ -240,7 +240,7 @@ func (c *spCall[T]) estimateCut(red *sparse.Vector[T], k int, last float64, res 
 // within 0.09 of an octave, so (key - edges[mid]) >> shift, with shift the
 // mantissa bits less log2(estimateOctave), is within three buckets of the
 // answer, which a few comparisons then settle: cheaper per sum than a
-// binary search over the 257 edges (estimateBucketRef in the tests).
+// binary search over the 257 edges (BenchmarkEstimateBucket).
 func estimateBucket(edges *[estimateBuckets + 1]uint64, key uint64, shift uint) int {
 	if key < edges[0] {
 		return -1
