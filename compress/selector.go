@@ -50,7 +50,7 @@ type State struct {
 	// Step counts the selections made with this state.
 	Step uint64
 
-	threshold float64 // Reuse: the last exact threshold
+	threshold float64 // Reuse: the last exact threshold; Exact: the last
 	age       int     // Reuse: steps since it was computed, 0 for none
 }
 

@@ -132,14 +132,15 @@ func (s *Sparsifier[T]) Step(grad []T, out *sparse.Vector[T]) (StepInfo, error) 
 		return StepInfo{}, fmt.Errorf("%w: gradient of %d entries for a sparsifier of %d", ErrInvalid, len(grad), s.n)
 	}
 	acc := grad
-	switch {
-	case s.velocity != nil:
+	if s.velocity != nil {
 		accumulateMomentum(s.residual, s.velocity, grad, s.cfg.Momentum)
-		acc = s.residual
-	case s.residual != nil:
-		accumulate(s.residual, grad)
+	}
+	if s.residual != nil {
 		acc = s.residual
 	}
+	// Plain error feedback adds grad in the selection's first pass
+	// (accumulateSelect).
+	fused := s.residual != nil && s.velocity == nil
 	info := StepInfo{Density: s.Density(), Threshold: math.Inf(1), Exact: true}
 	out.Reset(s.n)
 	idx := reserve(out.Indices, s.most(info.Density))
@@ -148,7 +149,11 @@ func (s *Sparsifier[T]) Step(grad []T, out *sparse.Vector[T]) (StepInfo, error) 
 		k := SelectCount(l.n, info.Density)
 		base := len(idx)
 		var r Result
-		idx, r = s.sel.Select(idx, acc[l.off:l.off+l.n], k, &l.st)
+		if fused {
+			idx, r = s.sel.accumulateSelect(idx, acc[l.off:l.off+l.n], grad[l.off:l.off+l.n], k, &l.st)
+		} else {
+			idx, r = s.sel.Select(idx, acc[l.off:l.off+l.n], k, &l.st)
+		}
 		if l.off != 0 {
 			for j := base; j < len(idx); j++ {
 				idx[j] += uint32(l.off)

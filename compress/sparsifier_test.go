@@ -304,3 +304,66 @@ func TestClip(t *testing.T) {
 	require.Equal(t, 1.0, ClipFactor(math.Inf(1), 1))
 	require.Equal(t, 1.0, ClipFactor(math.NaN(), 1))
 }
+
+// TestStepSelectsTopKOfUpdate: with plain error feedback the exact
+// selection reads the residual in the same pass that adds the gradient
+// (accumulateSelect); every step must still send exactly refTopK of
+// residual + gradient, layer by layer, on every shape of input.
+func TestStepSelectsTopKOfUpdate(t *testing.T) {
+	testStepSelectsTopKOfUpdate[float32](t)
+	testStepSelectsTopKOfUpdate[float64](t)
+}
+
+func testStepSelectsTopKOfUpdate[T Float](t *testing.T) {
+	onePass := 0
+	const n = 3*gatherChunk + 777 // blocks and a partial one
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, layers := range [][]int{nil, {1000, gatherChunk + 1, n - 1000 - gatherChunk - 1}} {
+		for _, density := range []float64{0.001, 0.02, 0.5, 1} {
+			s, err := NewSparsifier[T](n, Config{Density: density, LayerSizes: layers})
+			require.NoError(t, err)
+			sizes := layers
+			if sizes == nil {
+				sizes = []int{n}
+			}
+			var out sparse.Vector[T]
+			for step := range 3 {
+				for name, g := range testInputs[T](rng, n) {
+					if name == "special" {
+						// Sums of infinities are NaNs of other payloads, which the
+						// selection ranks by their bits and refTopK alike
+						// (TestTopKAgainstSort covers special values).
+						continue
+					}
+					v := slices.Clone(s.Residual())
+					for i := range v {
+						v[i] += g[i]
+					}
+					var want []uint32
+					off := 0
+					for _, size := range sizes {
+						for _, i := range refTopK(v[off:off+size], SelectCount(size, density)) {
+							want = append(want, i+uint32(off))
+						}
+						off += size
+					}
+					before := s.sel.sc.onePass
+					info, err := s.Step(g, &out)
+					require.NoError(t, err)
+					require.True(t, info.Exact)
+					onePass += s.sel.sc.onePass - before
+					if !slices.Equal(nonNil(want), nonNil(out.Indices)) {
+						t.Fatalf("%T layers %v density %v step %d %s: sent %d entries, want the %d of the reference", g, layers, density, step, name, len(out.Indices), len(want))
+					}
+					for j, i := range out.Indices {
+						if math.Float64bits(float64(out.Values[j])) != math.Float64bits(float64(v[i])) {
+							t.Fatalf("%T %s entry %d: sent %v, want %v", g, name, i, out.Values[j], v[i])
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%T: %d one-pass selections", *new(T), onePass)
+	require.Positive(t, onePass, "no step took the one-pass selection")
+}

@@ -31,11 +31,15 @@ const (
 
 // scratch holds the buffers a selection reuses across calls.
 type scratch struct {
-	hist     []uint32 // bins counters
-	cand     []uint32 // candidate indices
-	sample32 []uint32 // sampled keys (threshold.go)
-	sample64 []uint64
-	bits     []uint64 // random-k membership bitmap (randk.go)
+	hist      []uint32 // bins counters
+	cand      []uint32 // candidate indices
+	sample32  []uint32 // sampled keys (threshold.go)
+	sample64  []uint64
+	bits      []uint64 // random-k membership bitmap (randk.go)
+	found32   []uint32 // keys gathered by the one-pass selection (fused.go)
+	found64   []uint64
+	positions []uint32 // the top k's positions among them
+	onePass   int      // exact selections that took one pass (for tests)
 }
 
 func (s *scratch) histogram() *[bins]uint32 {
@@ -68,10 +72,21 @@ func topK[K key](s *scratch, dst []uint32, keys []K, k int) ([]uint32, K) {
 		return appendAbove(dst, keys, 0), 0
 	}
 	hist := s.histogram()
+	topDigits(hist, keys)
+	return topKOfHistogram(s, dst, keys, k, hist)
+}
+
+// topDigits counts keys by the top digit of their magnitude into hist.
+func topDigits[K key](hist *[bins]uint32, keys []K) {
 	sh := magBits[K]() + 1 - digitBits // (key<<1)>>sh: top digit of the magnitude
 	for _, v := range keys {
 		hist[uint16((v<<1)>>sh)]++
 	}
+}
+
+// topKOfHistogram is topK after its first pass, hist the top digits of
+// every key (0 < k < len(keys)).
+func topKOfHistogram[K key](s *scratch, dst []uint32, keys []K, k int, hist *[bins]uint32) ([]uint32, K) {
 	top, above := boundary(hist[:], k)
 	need := k - above
 	rest := magBits[K]() - digitBits // magnitude bits below the top digit
