@@ -52,15 +52,6 @@ type CompressorConfig struct {
 	// (collectives.EstimateHistogram). Zero means
 	// collectives.DefaultGlobalTopkPeriod.
 	GlobalPeriod int
-	// GlobalComplete, with ScopeGlobal, completes every kept sum with
-	// what the ranks that did not select its index hold there in their
-	// residuals: one more allreduce, of the kept count of values (in T,
-	// not quantized), after which every rank's residual is zero at the
-	// kept indices. A kept entry is then the average of every rank's
-	// accumulated gradient, not only of the selections that reached it
-	// (docs/COMPRESSION.md, "Completing the kept sums"). It needs error
-	// feedback.
-	GlobalComplete bool
 }
 
 // GlobalTopkStats describes a global top-k reduction (ScopeGlobal).
@@ -106,10 +97,6 @@ type Compressor[T Float] struct {
 	// send the global selection did not keep.
 	global  collectives.GlobalTopkState
 	dropped SparseVector[T]
-	// keptIdx and fill are GlobalComplete's kept indices and the
-	// residual values allreduced at them.
-	keptIdx []uint32
-	fill    []T
 	recv    SparseVector[T]
 	norm    [1]float64
 	last    *CompressRequest
@@ -130,9 +117,6 @@ func NewCompressor[T Float](c *Comm, n int, cfg CompressorConfig) (*Compressor[T
 	}
 	if !cfg.Scope.Valid() || cfg.GlobalPeriod < 0 {
 		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: scope %v, global period %d", c.Rank(), ErrInvalid, cfg.Scope, cfg.GlobalPeriod)
-	}
-	if cfg.GlobalComplete && (cfg.Scope != compress.ScopeGlobal || cfg.Sparsify.NoErrorFeedback) {
-		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: completing the kept sums needs the global scope and error feedback", c.Rank(), ErrInvalid)
 	}
 	sp, err := compress.NewSparsifier[T](n, cfg.Sparsify)
 	if err != nil {
@@ -310,6 +294,44 @@ func (z *Compressor[T]) finish(r *CompressRequest, sr *Request, grad []T, avg *S
 	}
 	st := sr.SparseStats()
 	r.stats.Sparse, r.stats.Algo, r.stats.NNZOut = *st, st.Algo, st.NNZOut
+	if intoGrad {
+		avg.ToDense(grad)
+	}
+}
+
+// startGlobal starts the global top-k reduction of the selected entries
+// (ScopeGlobal): the average of the kept sums, every rank's sum divided by
+// Size(), the ranks that did not select an index counting as zeros.
+func (z *Compressor[T]) startGlobal(ctx context.Context, r *CompressRequest, grad []T, dst *SparseVector[T], intoGrad bool) *CompressRequest {
+	k := r.stats.K
+	gs := new(GlobalTopkStats)
+	fn := func(op *collectives.Op, _ callConfig) (Algo, error) {
+		var err error
+		*gs, err = collectives.GlobalTopk(op, &z.send, dst, &z.dropped, &z.global, collectives.GlobalTopkOptions{
+			K: k, Reduce: Avg, Quant: z.cfg.Quant, QuantSeed: quantSeed(op.Rank(), op.Seq), Model: z.c.model,
+		})
+		return AlgoSSARSplitAllgather, err
+	}
+	sr := z.c.start(ctx, "global-topk", fn, nil)
+	go z.finishGlobal(r, sr, grad, dst, intoGrad, gs)
+	return r
+}
+
+// finishGlobal waits for the global top-k, returns what it dropped to the
+// residual and puts the average in place.
+func (z *Compressor[T]) finishGlobal(r *CompressRequest, sr *Request, grad []T, avg *SparseVector[T], intoGrad bool, gs *GlobalTopkStats) {
+	defer close(r.done)
+	// Bounded by its own context, as in finish.
+	if err := sr.Wait(context.Background()); err != nil {
+		_ = z.sp.Restore(&z.send)
+		r.err = err
+		return
+	}
+	if err := z.sp.Restore(&z.dropped); err != nil {
+		r.err = fmt.Errorf("sparcml: rank %d: compressed reduction: %w", z.c.Rank(), err)
+		return
+	}
+	r.stats.Global, r.stats.Algo, r.stats.NNZOut = *gs, AlgoSSARSplitAllgather, gs.Kept
 	if intoGrad {
 		avg.ToDense(grad)
 	}

@@ -43,63 +43,41 @@ func globalGradient(kind string, r, step, n int) []float32 {
 // or above the reported threshold otherwise), the average, and each
 // rank's residual after putting back what it selected and was dropped.
 func TestCompressorGlobalMatchesReference(t *testing.T) {
+	const n, steps = 3000, 5
 	for _, p := range []int{3, 4, 5, 8} {
 		for _, kind := range []string{"seeded", "same", "zero-one", "ties"} {
 			t.Run(fmt.Sprintf("p%d/%s", p, kind), func(t *testing.T) {
 				cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.02}, Scope: compress.ScopeGlobal, GlobalPeriod: 3}
-				runGlobalReference(t, p, kind, cfg)
+				comms, err := Local(p)
+				require.NoError(t, err)
+				defer closeAll(comms)
+				results := make([][][]float32, steps) // [step][rank]
+				residuals := make([][][]float32, steps)
+				stats := make([][]CompressStats, steps)
+				for s := range steps {
+					results[s], residuals[s], stats[s] = make([][]float32, p), make([][]float32, p), make([]CompressStats, p)
+				}
+				errs := onEveryRank(t, comms, 60*time.Second, func(ctx context.Context, c *Comm) error {
+					z, err := NewCompressor[float32](c, n, cfg)
+					if err != nil {
+						return err
+					}
+					for s := range steps {
+						g := globalGradient(kind, c.Rank(), s, n)
+						st, err := z.Reduce(ctx, g)
+						if err != nil {
+							return err
+						}
+						results[s][c.Rank()], stats[s][c.Rank()] = g, st
+						residuals[s][c.Rank()] = slices.Clone(z.sp.Residual())
+					}
+					return nil
+				})
+				require.NoError(t, errors.Join(errs...))
+				checkGlobalReference(t, p, n, kind, cfg, results, residuals, stats)
 			})
 		}
 	}
-}
-
-// TestCompressorGlobalCompleteMatchesReference is the same with
-// GlobalComplete: every kept entry also holds the average of every
-// rank's residual at its index (after the step's selection), and every
-// rank's residual is zero there after the step.
-func TestCompressorGlobalCompleteMatchesReference(t *testing.T) {
-	for _, p := range []int{3, 5, 8} {
-		for _, kind := range []string{"seeded", "same", "zero-one"} {
-			t.Run(fmt.Sprintf("p%d/%s", p, kind), func(t *testing.T) {
-				cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.02}, Scope: compress.ScopeGlobal, GlobalPeriod: 3, GlobalComplete: true}
-				runGlobalReference(t, p, kind, cfg)
-			})
-		}
-	}
-}
-
-// runGlobalReference runs 5 steps of ScopeGlobal Compressors on p local
-// ranks and checks every step against checkGlobalReference.
-func runGlobalReference(t *testing.T, p int, kind string, cfg CompressorConfig) {
-	t.Helper()
-	const n, steps = 3000, 5
-	comms, err := Local(p)
-	require.NoError(t, err)
-	defer closeAll(comms)
-	results := make([][][]float32, steps) // [step][rank]
-	residuals := make([][][]float32, steps)
-	stats := make([][]CompressStats, steps)
-	for s := range steps {
-		results[s], residuals[s], stats[s] = make([][]float32, p), make([][]float32, p), make([]CompressStats, p)
-	}
-	errs := onEveryRank(t, comms, 60*time.Second, func(ctx context.Context, c *Comm) error {
-		z, err := NewCompressor[float32](c, n, cfg)
-		if err != nil {
-			return err
-		}
-		for s := range steps {
-			g := globalGradient(kind, c.Rank(), s, n)
-			st, err := z.Reduce(ctx, g)
-			if err != nil {
-				return err
-			}
-			results[s][c.Rank()], stats[s][c.Rank()] = g, st
-			residuals[s][c.Rank()] = slices.Clone(z.sp.Residual())
-		}
-		return nil
-	})
-	require.NoError(t, errors.Join(errs...))
-	checkGlobalReference(t, p, n, kind, cfg, results, residuals, stats)
 }
 
 func checkGlobalReference(t *testing.T, p, n int, kind string, cfg CompressorConfig, results, residuals [][][]float32, stats [][]CompressStats) {
@@ -147,41 +125,17 @@ func checkGlobalReference(t *testing.T, p, n int, kind string, cfg CompressorCon
 			require.Equal(t, min(k, len(nz)), len(kept), "step %d: an exact step keeps min(K, nonzero sums)", s)
 		}
 		for r := range p {
+			require.Equal(t, gs.Exact, stats[s][r].Global.Exact, "step %d rank %d", s, r)
+			require.Equal(t, len(kept), stats[s][r].NNZOut, "step %d rank %d: kept count", s, r)
+			require.Equal(t, want, results[s][r], "step %d rank %d: average", s, r)
 			for j, i := range sel[r].Indices {
 				if kept[int(i)] {
 					sel[r].Values[j] = 0 // only the dropped entries go back
 				}
 			}
-		}
-		if cfg.GlobalComplete {
-			completeReference(sps, want, kept, p)
-		}
-		for r := range p {
-			require.Equal(t, gs.Exact, stats[s][r].Global.Exact, "step %d rank %d", s, r)
-			require.Equal(t, len(kept), stats[s][r].NNZOut, "step %d rank %d: kept count", s, r)
-			if cfg.GlobalComplete {
-				// The completion's allreduce sums in its algorithm's order.
-				require.InDeltaSlice(t, want, results[s][r], 1e-6, "step %d rank %d: average", s, r)
-			} else {
-				require.Equal(t, want, results[s][r], "step %d rank %d: average", s, r)
-			}
 			require.NoError(t, sps[r].Restore(&sel[r]))
 			require.Equal(t, sps[r].Residual(), residuals[s][r], "step %d rank %d: residual", s, r)
 		}
-	}
-}
-
-// completeReference adds to every kept entry of want the average of the
-// ranks' residuals at its index (the selected entries already left them)
-// and clears those residual entries.
-func completeReference(sps []*compress.Sparsifier[float32], want []float32, kept map[int]bool, p int) {
-	for i := range kept {
-		var sum float64
-		for _, sp := range sps {
-			sum += float64(sp.Residual()[i])
-			sp.Residual()[i] = 0
-		}
-		want[i] += float32(sum / float64(p))
 	}
 }
 

@@ -173,10 +173,6 @@ type Variant struct {
 	// largest over every rank (compress.ScopeGlobal, Ok-Topk's global
 	// top-k).
 	Scope compress.Scope
-	// Complete, with the global scope, completes every kept sum with the
-	// residuals of the ranks that did not select its index
-	// (sparcml.CompressorConfig.GlobalComplete).
-	Complete bool
 }
 
 // Name is the variant as ParseVariant reads it.
@@ -200,16 +196,12 @@ func (v Variant) Name() string {
 	if v.Scope == compress.ScopeGlobal {
 		s += "+global"
 	}
-	if v.Complete {
-		s += "+complete"
-	}
 	return s
 }
 
 // ParseVariant reads "dense", "sparse", "topk:0.01", "topk:0.01+q4",
 // "topk:1%+fp16+noef", "topk:0.01+nomask", "topk:0.01+layers",
-// "topk:0.01+global", "topk:0.01+global+complete": the reduction, its
-// density and options.
+// "topk:0.01+global": the reduction, its density and options.
 func ParseVariant(s string) (Variant, error) {
 	parts := strings.Split(strings.TrimSpace(s), "+")
 	head, density, hasDensity := strings.Cut(parts[0], ":")
@@ -253,10 +245,6 @@ func ParseVariant(s string) (Variant, error) {
 			v.Scope = compress.ScopeGlobal
 			continue
 		}
-		if opt == "complete" {
-			v.Complete = true
-			continue
-		}
 		if opt == "layers" {
 			if head != "topk" {
 				return v, fmt.Errorf("variant %q: layers is an option of topk", s)
@@ -269,9 +257,6 @@ func ParseVariant(s string) (Variant, error) {
 			return v, fmt.Errorf("variant %q: %v", s, err)
 		}
 		v.Quant = q
-	}
-	if v.Complete && (v.Scope != compress.ScopeGlobal || v.NoEF) {
-		return v, fmt.Errorf("variant %q: complete is an option of topk with global and error feedback", s)
 	}
 	return v, nil
 }

@@ -61,7 +61,7 @@ func TestTopKNoMaskFullDensityIsMomentumSGD(t *testing.T) {
 // Every variant's name parses back to the same variant; options of topk
 // are refused on the others.
 func TestParseVariant(t *testing.T) {
-	for _, s := range []string{"dense", "sparse", "topk:0.01", "topk:0.001+q4", "topk:0.05+fp16+noef", "topk:0.01+nomask", "topk:0.01+q4+nomask", "topk:0.01+layers", "topk:0.01+q4+nomask+layers", "topk:0.01+global", "topk:0.01+q8+layers+global", "topk:0.01+nomask+global+complete"} {
+	for _, s := range []string{"dense", "sparse", "topk:0.01", "topk:0.001+q4", "topk:0.05+fp16+noef", "topk:0.01+nomask", "topk:0.01+q4+nomask", "topk:0.01+layers", "topk:0.01+q4+nomask+layers", "topk:0.01+global", "topk:0.01+q8+layers+global"} {
 		v, err := ParseVariant(s)
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -73,7 +73,7 @@ func TestParseVariant(t *testing.T) {
 	if v, _ := ParseVariant("topk:1%+nomask"); !v.NoMask || v.Density != 0.01 {
 		t.Errorf("topk:1%%+nomask: %+v", v)
 	}
-	for _, s := range []string{"dense+nomask", "sparse+noef", "dense+layers", "sparse+global", "topk:0.01+complete", "topk:0.01+global+noef+complete", "topk:2", "topk+q5", "ring"} {
+	for _, s := range []string{"dense+nomask", "sparse+noef", "dense+layers", "sparse+global", "topk:2", "topk+q5", "ring"} {
 		if _, err := ParseVariant(s); err == nil {
 			t.Errorf("ParseVariant(%q) accepted", s)
 		}
@@ -157,35 +157,5 @@ func TestTopKGlobalScopeMovesK(t *testing.T) {
 	}
 	if n := moved(Variant{Reduce: "topk", Density: 0.01}); n <= 4 {
 		t.Errorf("union moved %d entries, want more than the global scope's 4", n)
-	}
-}
-
-// The global scope at density 1 keeps every nonzero sum, so without
-// masking it is momentum SGD with the dense allreduce, to float
-// tolerance, with or without completing the kept sums (at density 1 no
-// residual is left to complete them with). At 1% both train (at this
-// size the threshold's count exchanges outweigh the entries, so the
-// bytes are compared in TestTopKGlobalScopeMovesK's counts instead).
-func TestTopKGlobalFullDensityIsMomentumSGD(t *testing.T) {
-	rng := rand.New(rand.NewPCG(13, 14))
-	var trains, tests []*data.Set
-	for r := 0; r < 4; r++ {
-		trains = append(trains, denseShard(rng, 32, 12, 3))
-		tests = append(tests, denseShard(rng, 8, 12, 3))
-	}
-	cfg := Config{Model: "mlp", Hidden: []int{16, 8}, Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9}
-	cfg.Defaults()
-	dense := runLocal(t, cfg, Variant{Reduce: "dense"}, trains, tests)
-	for _, complete := range []bool{false, true} {
-		v := Variant{Reduce: "topk", Density: 1, NoMask: true, Scope: compress.ScopeGlobal, Complete: complete}
-		full := runLocal(t, cfg, v, trains, tests)
-		if d := maxRelDiff(full[0].Model.Params(), dense[0].Model.Params()); d > 1e-3 {
-			t.Fatalf("%s differs from momentum SGD by %g (relative)", v.Name(), d)
-		}
-		v.Density = 0.01
-		sparse := runLocal(t, cfg, v, trains, tests)
-		if f := sparse[0].Final(); f.TestLoss >= sparse[0].Records[0].TestLoss {
-			t.Fatalf("%s: %+v", v.Name(), f)
-		}
 	}
 }

@@ -50,7 +50,7 @@ type trainFlags struct {
 // fields of trainFlags.
 type trainFlagValues struct {
 	hidden, reduce, density, quant, compare, scope string
-	noEF, noMask, perLayer, complete               bool
+	noEF, noMask, perLayer                         bool
 }
 
 // newTrainFlags declares every flag of `sparcml train` once, with its
@@ -87,7 +87,6 @@ func newTrainFlags(f *trainFlags, v *trainFlagValues) *flag.FlagSet {
 	fs.BoolVar(&v.noEF, "no-error-feedback", false, "topk: drop what is not sent (the ablation)")
 	fs.BoolVar(&v.noMask, "no-momentum-masking", false, "topk: keep the velocity of the entries sent (no DGC momentum-factor masking)")
 	fs.StringVar(&v.scope, "scope", "union", "topk: union sums every rank's selection exactly; global keeps about --density of those sums, the largest over every rank (Ok-Topk's global top-k; lossy)")
-	fs.BoolVar(&v.complete, "global-complete", false, "topk --scope global: complete every kept sum with the residuals of the ranks that did not select it (one more allreduce of the kept values)")
 	fs.BoolVar(&v.perLayer, "per-layer", false, "topk: select the top entries of every tensor separately (default: over the whole model)")
 	fs.StringVar(&v.compare, "compare", "", "run these variants one after another on the same data and seed, e.g. dense,topk:0.01,topk:0.01+q4")
 	fs.StringVar(&f.plot, "plot", "", "draw test accuracy and loss against epochs and wall time to FILE.png")
@@ -150,10 +149,6 @@ func parseTrainFlags(args []string) (*trainFlags, error) {
 			return nil, usagef("--scope %q: want union or global, global with --reduce topk", v.scope)
 		}
 		variant.Scope = scope
-		if v.complete && (scope != compress.ScopeGlobal || v.noEF) {
-			return nil, usagef("--global-complete: needs --scope global and error feedback")
-		}
-		variant.Complete = v.complete
 		if v.reduce == "topk" {
 			d, err := train.ParseFraction(v.density)
 			if err != nil {
