@@ -42,8 +42,10 @@ type CompressorConfig struct {
 	// about k = the step's count of those sums, the largest in magnitude
 	// over every rank (Ok-Topk's global top-k, collectives.GlobalTopk, on
 	// about 2k entries per rank whatever Size()), and puts back into each
-	// rank's residual what it selected and the global selection dropped.
-	// The global scope is lossy on top of the local selection: a choice
+	// rank's residual what it selected and the global selection dropped
+	// (with momentum masking, only the kept entries' velocity is cleared:
+	// a dropped entry keeps its momentum, as if it had not been
+	// selected). The global scope is lossy on top of the local selection: a choice
 	// for the user, never made automatically (docs/COMPRESSION.md).
 	Scope compress.Scope
 	// GlobalPeriod is, with ScopeGlobal, the number of steps an exact
@@ -123,6 +125,9 @@ func NewCompressor[T Float](c *Comm, n int, cfg CompressorConfig) (*Compressor[T
 		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: %w", c.Rank(), ErrInvalid, err)
 	}
 	cfg.Sparsify = sp.Config()
+	if cfg.Scope == compress.ScopeGlobal {
+		sp.DeferMasking() // finishGlobal masks only the entries kept
+	}
 	z := &Compressor[T]{c: c, cfg: cfg, sp: sp}
 	z.global.Period = cfg.GlobalPeriod
 	return z, nil
@@ -327,7 +332,7 @@ func (z *Compressor[T]) finishGlobal(r *CompressRequest, sr *Request, grad []T, 
 		r.err = err
 		return
 	}
-	if err := z.sp.Restore(&z.dropped); err != nil {
+	if err := errors.Join(z.sp.Restore(&z.dropped), z.sp.Mask(&z.send, &z.dropped)); err != nil {
 		r.err = fmt.Errorf("sparcml: rank %d: compressed reduction: %w", z.c.Rank(), err)
 		return
 	}

@@ -43,45 +43,79 @@ func globalGradient(kind string, r, step, n int) []float32 {
 // or above the reported threshold otherwise), the average, and each
 // rank's residual after putting back what it selected and was dropped.
 func TestCompressorGlobalMatchesReference(t *testing.T) {
-	const n, steps = 3000, 5
 	for _, p := range []int{3, 4, 5, 8} {
 		for _, kind := range []string{"seeded", "same", "zero-one", "ties"} {
 			t.Run(fmt.Sprintf("p%d/%s", p, kind), func(t *testing.T) {
 				cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.02}, Scope: compress.ScopeGlobal, GlobalPeriod: 3}
-				comms, err := Local(p)
-				require.NoError(t, err)
-				defer closeAll(comms)
-				results := make([][][]float32, steps) // [step][rank]
-				residuals := make([][][]float32, steps)
-				stats := make([][]CompressStats, steps)
-				for s := range steps {
-					results[s], residuals[s], stats[s] = make([][]float32, p), make([][]float32, p), make([]CompressStats, p)
-				}
-				errs := onEveryRank(t, comms, 60*time.Second, func(ctx context.Context, c *Comm) error {
-					z, err := NewCompressor[float32](c, n, cfg)
-					if err != nil {
-						return err
-					}
-					for s := range steps {
-						g := globalGradient(kind, c.Rank(), s, n)
-						st, err := z.Reduce(ctx, g)
-						if err != nil {
-							return err
-						}
-						results[s][c.Rank()], stats[s][c.Rank()] = g, st
-						residuals[s][c.Rank()] = slices.Clone(z.sp.Residual())
-					}
-					return nil
-				})
-				require.NoError(t, errors.Join(errs...))
-				checkGlobalReference(t, p, n, kind, cfg, results, residuals, stats)
+				runGlobalReference(t, p, kind, cfg)
 			})
 		}
 	}
 }
 
-func checkGlobalReference(t *testing.T, p, n int, kind string, cfg CompressorConfig, results, residuals [][][]float32, stats [][]CompressStats) {
+// TestCompressorGlobalMasksOnlyKept is the same with momentum correction
+// and momentum-factor masking: the velocity of an entry a rank selected
+// is cleared only if the global selection kept it; a dropped entry keeps
+// its velocity, as if it had not been selected.
+func TestCompressorGlobalMasksOnlyKept(t *testing.T) {
+	for _, p := range []int{3, 8} {
+		t.Run(fmt.Sprintf("p%d", p), func(t *testing.T) {
+			cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.02, Momentum: 0.9}, Scope: compress.ScopeGlobal, GlobalPeriod: 3}
+			runGlobalReference(t, p, "seeded", cfg)
+		})
+	}
+}
+
+// runGlobalReference runs 5 steps of ScopeGlobal Compressors on p local
+// ranks and checks every step with checkGlobalReference.
+func runGlobalReference(t *testing.T, p int, kind string, cfg CompressorConfig) {
 	t.Helper()
+	const n, steps = 3000, 5
+	comms, err := Local(p)
+	require.NoError(t, err)
+	defer closeAll(comms)
+	var run globalRun
+	for _, f := range []*[][][]float32{&run.results, &run.residuals, &run.velocities} {
+		*f = make([][][]float32, steps) // [step][rank]
+		for s := range steps {
+			(*f)[s] = make([][]float32, p)
+		}
+	}
+	run.stats = make([][]CompressStats, steps)
+	for s := range steps {
+		run.stats[s] = make([]CompressStats, p)
+	}
+	errs := onEveryRank(t, comms, 60*time.Second, func(ctx context.Context, c *Comm) error {
+		z, err := NewCompressor[float32](c, n, cfg)
+		if err != nil {
+			return err
+		}
+		for s := range steps {
+			g := globalGradient(kind, c.Rank(), s, n)
+			st, err := z.Reduce(ctx, g)
+			if err != nil {
+				return err
+			}
+			run.results[s][c.Rank()], run.stats[s][c.Rank()] = g, st
+			run.residuals[s][c.Rank()] = slices.Clone(z.sp.Residual())
+			run.velocities[s][c.Rank()] = slices.Clone(z.sp.Velocity())
+		}
+		return nil
+	})
+	require.NoError(t, errors.Join(errs...))
+	checkGlobalReference(t, p, n, kind, cfg, run)
+}
+
+// globalRun is what every rank's Compressor returned and held after each
+// step: [step][rank].
+type globalRun struct {
+	results, residuals, velocities [][][]float32
+	stats                          [][]CompressStats
+}
+
+func checkGlobalReference(t *testing.T, p, n int, kind string, cfg CompressorConfig, run globalRun) {
+	t.Helper()
+	results, residuals, stats := run.results, run.residuals, run.stats
 	sps := make([]*compress.Sparsifier[float32], p)
 	for r := range sps {
 		var err error
@@ -89,10 +123,21 @@ func checkGlobalReference(t *testing.T, p, n int, kind string, cfg CompressorCon
 		require.NoError(t, err)
 	}
 	sel := make([]SparseVector[float32], p)
+	// vel is every rank's velocity u = m*u + g, kept here: the reference
+	// Sparsifiers' Step masks every entry selected, the Compressor only
+	// those kept.
+	m := float32(cfg.Sparsify.Momentum)
+	vel := make([][]float32, p)
+	for r := range vel {
+		vel[r] = make([]float32, n)
+	}
 	for s := range results {
 		sums := make([]float32, n)
 		k := 0
 		for r := range p {
+			for i, g := range globalGradient(kind, r, s, n) {
+				vel[r][i] = float32(m*vel[r][i]) + g
+			}
 			info, err := sps[r].Step(globalGradient(kind, r, s, n), &sel[r])
 			require.NoError(t, err)
 			k = info.K
@@ -131,10 +176,17 @@ func checkGlobalReference(t *testing.T, p, n int, kind string, cfg CompressorCon
 			for j, i := range sel[r].Indices {
 				if kept[int(i)] {
 					sel[r].Values[j] = 0 // only the dropped entries go back
+					if !cfg.Sparsify.NoMomentumMasking {
+						vel[r][i] = 0 // and only the kept ones are masked
+					}
 				}
 			}
 			require.NoError(t, sps[r].Restore(&sel[r]))
 			require.Equal(t, sps[r].Residual(), residuals[s][r], "step %d rank %d: residual", s, r)
+			if m != 0 {
+				copy(sps[r].Velocity(), vel[r])
+				require.Equal(t, vel[r], run.velocities[s][r], "step %d rank %d: velocity", s, r)
+			}
 		}
 	}
 }

@@ -31,6 +31,8 @@ type Sparsifier[T Float] struct {
 	velocity []T // u; nil without momentum correction
 	layers   []layer
 	epoch    float64
+	// deferMask leaves momentum masking to Mask (DeferMasking).
+	deferMask bool
 }
 
 type layer struct {
@@ -201,19 +203,52 @@ func reserve[E any](s []E, n int) []E {
 	return s[:0]
 }
 
-// maskedVelocity is the velocity whose sent entries are cleared: with
-// momentum-factor masking, the velocity; else nil.
+// maskedVelocity is the velocity whose sent entries Step clears: with
+// momentum-factor masking not deferred, the velocity; else nil.
 func (s *Sparsifier[T]) maskedVelocity() []T {
-	if s.cfg.NoMomentumMasking {
+	if s.cfg.NoMomentumMasking || s.deferMask {
 		return nil
 	}
 	return s.velocity
 }
 
+// DeferMasking makes Step leave the velocity of the selected entries in
+// place, for a reduction that applies only some of them (a global top-k):
+// Mask then clears the velocity of those it applied, and an entry
+// selected but not applied keeps its momentum, as if it had not been
+// selected. Without momentum masking it changes nothing.
+func (s *Sparsifier[T]) DeferMasking() { s.deferMask = true }
+
+// Mask completes a deferred step's momentum masking: it clears the
+// velocity of the entries of sent (what Step returned) that are not in
+// dropped (what the reduction did not apply, a subset of sent), both with
+// indices increasing. Without DeferMasking, or without momentum masking,
+// it does nothing.
+func (s *Sparsifier[T]) Mask(sent, dropped *sparse.Vector[T]) error {
+	if !s.deferMask || s.velocity == nil || s.cfg.NoMomentumMasking {
+		return nil
+	}
+	if sent.Dim != s.n || dropped.Dim != s.n || sent.Dense || dropped.Dense {
+		return fmt.Errorf("%w: masking vectors of dimension %d and %d in a sparsifier of %d", ErrInvalid, sent.Dim, dropped.Dim, s.n)
+	}
+	j := 0
+	for _, i := range sent.Indices {
+		for j < len(dropped.Indices) && dropped.Indices[j] < i {
+			j++
+		}
+		if j < len(dropped.Indices) && dropped.Indices[j] == i {
+			continue
+		}
+		s.velocity[i] = 0
+	}
+	return nil
+}
+
 // Restore adds the values of sent, a vector Step returned, back into the
 // residual, after a failed reduction, so that the step's selected entries
 // are sent later instead of lost. (The velocity that momentum masking
-// cleared is not restored.) Without error feedback it does nothing.
+// cleared is not restored; with DeferMasking it was not cleared.)
+// Without error feedback it does nothing.
 func (s *Sparsifier[T]) Restore(sent *sparse.Vector[T]) error {
 	if s.residual == nil {
 		return nil

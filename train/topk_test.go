@@ -159,3 +159,30 @@ func TestTopKGlobalScopeMovesK(t *testing.T) {
 		t.Errorf("union moved %d entries, want more than the global scope's 4", n)
 	}
 }
+
+// The global scope at density 1 keeps every nonzero sum, so without
+// masking it is momentum SGD with the dense allreduce, to float
+// tolerance: the kept sums are averaged over every rank, not over their
+// senders. At 1% it trains (at this size the threshold's count exchanges
+// outweigh the entries; TestTopKGlobalScopeMovesK compares the counts).
+func TestTopKGlobalFullDensityIsMomentumSGD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	var trains, tests []*data.Set
+	for r := 0; r < 4; r++ {
+		trains = append(trains, denseShard(rng, 32, 12, 3))
+		tests = append(tests, denseShard(rng, 8, 12, 3))
+	}
+	cfg := Config{Model: "mlp", Hidden: []int{16, 8}, Epochs: 2, Batch: 8, LR: 0.05, Momentum: 0.9}
+	cfg.Defaults()
+	dense := runLocal(t, cfg, Variant{Reduce: "dense"}, trains, tests)
+	v := Variant{Reduce: "topk", Density: 1, NoMask: true, Scope: compress.ScopeGlobal}
+	full := runLocal(t, cfg, v, trains, tests)
+	if d := maxRelDiff(full[0].Model.Params(), dense[0].Model.Params()); d > 1e-3 {
+		t.Fatalf("%s differs from momentum SGD by %g (relative)", v.Name(), d)
+	}
+	v.Density = 0.01
+	sparse := runLocal(t, cfg, v, trains, tests)
+	if f := sparse[0].Final(); f.TestLoss >= sparse[0].Records[0].TestLoss {
+		t.Fatalf("%s: %+v", v.Name(), f)
+	}
+}
