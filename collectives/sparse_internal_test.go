@@ -63,7 +63,7 @@ func TestSparseBalancedBoundsAreRanges(t *testing.T) {
 				}
 			}
 			ag.nnz[r] = len(v.Indices)
-			ag.samples[r] = spSampleIndices(v, spSampleCount(p))
+			ag.samples[r] = spSampleIndices(v, spSampleCount(p, ag.nnz[r]))
 		}
 		b := ag.balancedBounds(dim, p)
 		if len(b) != p+1 || b[0] != 0 || b[p] != dim {
@@ -82,12 +82,12 @@ func TestSparseBalancedBoundsAreRanges(t *testing.T) {
 
 // quantileBounds is balancedBounds by its definition, for reference: inner
 // bound i is the least s+1, s a sample, such that the samples up to s
-// weigh at least i/p of all (a sample of rank r weighs nnz[r]); equal
+// weigh at least i/p of all (a sample of rank r weighs nnz[r]/q[r]); equal
 // ranges when nothing is stored.
 func quantileBounds(ag *spAgreement, dim, p int) []int {
 	var total uint64
 	for r, s := range ag.samples {
-		total += uint64(len(s)) * uint64(ag.nnz[r])
+		total += uint64(len(s)) * spSampleWeight(ag.nnz[r], len(s))
 	}
 	if total == 0 {
 		return spEqualBounds(dim, p)
@@ -96,7 +96,7 @@ func quantileBounds(ag *spAgreement, dim, p int) []int {
 		for r, s := range ag.samples {
 			for _, y := range s {
 				if y <= x {
-					w += uint64(ag.nnz[r])
+					w += spSampleWeight(ag.nnz[r], len(s))
 				}
 			}
 		}
@@ -125,7 +125,7 @@ func BenchmarkBalancedBounds(b *testing.B) {
 		ag := &spAgreement{nnz: make([]int, p), samples: make([][]uint32, p)}
 		for r := range p {
 			ag.nnz[r] = 1000 + r
-			s := make([]uint32, spSampleCount(p))
+			s := make([]uint32, spSampleCount(p, 1<<20))
 			for i := range s {
 				s[i] = rng.Uint32N(1 << 24)
 			}
@@ -207,11 +207,12 @@ func TestIndexBytesEstimateMatchesEncoding(t *testing.T) {
 }
 
 // BenchmarkChooseSparse times AlgoAuto's choice, made on every call from
-// the agreed counts: 0.1% and 1% of 16M per rank, exact and q4 values.
+// the agreed counts: 0.1% and 1% of 16M per rank, exact and q4 values,
+// on 4 and 8 ranks and at the simulator's scale of 1024.
 func BenchmarkChooseSparse(b *testing.B) {
 	m := CostModel{Alpha: 50e-6, Beta: 1 / 125e6, Gamma: 1 / 4e9, IndexCodec: 4e-9}
 	const dim = 1 << 24
-	for _, p := range []int{4, 8} {
+	for _, p := range []int{4, 8, 1024} {
 		for _, frac := range []float64{0.001, 0.01} {
 			for _, kind := range []quant.Kind{quant.None, quant.Q4} {
 				nnz := make([]int, p)
