@@ -229,3 +229,49 @@ func BenchmarkChooseSparse(b *testing.B) {
 		}
 	}
 }
+
+// TestBalancedBoundsWeighSamples: ranks of very different counts send
+// different numbers of samples (spSampleCount: one per 8 entries, at most
+// 256), and each sample weighs its rank's count over its samples, so the
+// ranges hold about equal shares of all the entries, counted on the
+// supports themselves: 15 light ranks of 512 entries spread over the whole
+// dimension (64 samples each) and a heavy one of 7680 on its upper half
+// (256 samples). Weighing every sample by its rank's count alone would
+// give the light half a fifth of the weight.
+func TestBalancedBoundsWeighSamples(t *testing.T) {
+	const dim, p = 1 << 16, 16
+	var vs []*sparse.Vector[float32]
+	for r := range p - 1 {
+		v := &sparse.Vector[float32]{Dim: dim}
+		for i := r; i < dim; i += dim / 512 {
+			v.Indices = append(v.Indices, uint32(i))
+		}
+		vs = append(vs, v)
+	}
+	heavy := &sparse.Vector[float32]{Dim: dim}
+	for i := dim / 2; i < dim; i += 4 {
+		heavy.Indices = append(heavy.Indices, uint32(i))
+	}
+	heavy.Indices = heavy.Indices[:7680]
+	vs = append(vs, heavy)
+	ag := &spAgreement{}
+	total := 0
+	for _, v := range vs {
+		ag.nnz = append(ag.nnz, len(v.Indices))
+		ag.samples = append(ag.samples, spSampleIndices(v, spSampleCount(p, len(v.Indices))))
+		total += len(v.Indices)
+	}
+	if len(ag.samples[0]) != 64 || len(ag.samples[p-1]) != 256 {
+		t.Fatalf("samples %d and %d, want 64 and 256", len(ag.samples[0]), len(ag.samples[p-1]))
+	}
+	b := ag.balancedBounds(dim, p)
+	for q := range p {
+		n := 0
+		for _, v := range vs {
+			n += sparse.LowerBound(v.Indices, b[q+1]) - sparse.LowerBound(v.Indices, b[q])
+		}
+		if share := float64(n) / float64(total); math.Abs(share*p-1) > 0.3 {
+			t.Errorf("range %d [%d, %d) holds %.3f of the entries, want 1/%d (bounds %v)", q, b[q], b[q+1], share, p, b)
+		}
+	}
+}
