@@ -27,11 +27,29 @@ import (
 // (SparseOptions.Indices); 0 means defaultIndexCodec. Packing saves
 // bytes on the wire at that price, so the model packs where Beta is
 // large (a slow network) and keeps the raw indices where it is small.
+//
+// Latency is the part of Alpha that messages posted together overlap:
+// the time a message's head takes to cross the network (LogGP L), where
+// the rest of Alpha is CPU spent per message at its two ends (2o). The
+// sparse schedules that post a message to every other rank at once (the
+// scatter to owners) then cost one Latency per round plus Alpha-Latency
+// per message, not Alpha per message. 0 means not known: every message
+// costs a full Alpha in sequence, which is what loopback and the emulated
+// cluster, where a message's latency is the CPU that moves it, measure.
+// The simulator knows its L and sets it (internal/simrun).
 type CostModel struct {
 	Alpha, Beta, Gamma, SparseGamma float64
 	LocalAlpha, LocalBeta           float64
 	IndexCodec                      float64
+	Latency                         float64
 }
+
+// perMessage is what each message of a round costs on top of the round's
+// latency (Alpha when Latency is not known).
+func (m CostModel) perMessage() float64 { return m.Alpha - m.latency() }
+
+// latency is Latency, at most Alpha.
+func (m CostModel) latency() float64 { return min(max(m.Latency, 0), m.Alpha) }
 
 // sparseGamma is SparseGamma or its default.
 func (m CostModel) sparseGamma() float64 {

@@ -19,8 +19,9 @@ import (
 
 // SparsePrediction is what a sparse allreduce algorithm costs: the payload
 // bytes and messages each rank sends, and the modelled time. Every phase is
-// charged its slowest rank: messages*Alpha + max(bytes sent, bytes
-// received)*Beta + bytes reduced*Gamma.
+// charged its slowest rank: rounds*Latency + messages*(Alpha-Latency) +
+// max(bytes sent, bytes received)*Beta + bytes reduced*Gamma, a round
+// being messages posted together (CostModel.Latency).
 type SparsePrediction struct {
 	Algo      Algo
 	BytesSent []int64
@@ -161,6 +162,7 @@ type spPlan struct {
 	msgs             []int
 	seconds          float64
 	phaseMsgs        []int
+	rounds           int  // of the current phase, one after the other (0: one)
 	raw              bool // the current phase moves dense arrays in place
 }
 
@@ -221,8 +223,10 @@ func (pl *spPlan) endPhase() {
 	if pl.raw {
 		codec, pl.raw = 0, false
 	}
+	latency := float64(max(pl.rounds, 1)) * pl.m.latency()
+	pl.rounds = 0
 	for r := range pl.sent {
-		t := float64(pl.phaseMsgs[r])*pl.m.Alpha + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.sparseGamma() + (pl.memSent[r]+pl.memRecv[r])*pl.m.Gamma*codec + pl.codec[r]
+		t := pl.msgTime(latency, pl.phaseMsgs[r]) + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.sparseGamma() + (pl.memSent[r]+pl.memRecv[r])*pl.m.Gamma*codec + pl.codec[r]
 		worst = max(worst, t)
 		pl.totalSent[r] += pl.sent[r]
 		pl.msgs[r] += pl.phaseMsgs[r]
@@ -230,6 +234,16 @@ func (pl *spPlan) endPhase() {
 		pl.memSent[r], pl.memRecv[r], pl.codec[r] = 0, 0, 0
 	}
 	pl.seconds += worst
+}
+
+// msgTime is the latency and per-message time of a rank that sends msgs
+// messages in a phase whose rounds take latency: none when it sends
+// nothing.
+func (pl *spPlan) msgTime(latency float64, msgs int) float64 {
+	if msgs == 0 {
+		return 0
+	}
+	return latency + float64(msgs)*pl.m.perMessage()
 }
 
 func (pl *spPlan) result(a Algo) SparsePrediction {
@@ -305,7 +319,7 @@ func (m CostModel) PredictSparse(a Algo, p, dim, valueSize int, nnz []int) Spars
 // expected index stream, the smallest exact form, and its entries charged
 // the index codec (IndexCodec) on both sides.
 func (m CostModel) PredictSparsePacked(a Algo, p, dim, valueSize int, nnz []int) SparsePrediction {
-	return spPredict(m, a, p, dim, spWireFor(valueSize, quant.None).packedWith(m), spUniform{nnz: nnz, dim: dim}, nil)
+	return spPredict(m, a, p, dim, spWireFor(valueSize, quant.None).packedWith(m), newSpUniform(nnz, dim), nil)
 }
 
 // PredictSparseQuant is PredictSparse with values sent in codec kind (see
@@ -314,7 +328,7 @@ func (m CostModel) PredictSparsePacked(a Algo, p, dim, valueSize int, nnz []int)
 // uniformly spread indices. AlgoSSARRecursiveDoubling costs +Inf under a
 // lossy kind, which SparseAllreduce refuses.
 func (m CostModel) PredictSparseQuant(a Algo, p, dim, valueSize int, kind quant.Kind, nnz []int) SparsePrediction {
-	return spPredict(m, a, p, dim, spWireFor(valueSize, kind), spUniform{nnz: nnz, dim: dim}, nil)
+	return spPredict(m, a, p, dim, spWireFor(valueSize, kind), newSpUniform(nnz, dim), nil)
 }
 
 // PredictSparseExact returns the exact payload bytes and messages every
@@ -366,7 +380,7 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 		for r, v := range inputs {
 			size[r] = spAgreeHeader
 			if v.NNZ() > 0 { // and its index samples (agree)
-				size[r] += 4 * int64(spSampleCount(p))
+				size[r] += 4 * int64(spSampleCount(p, v.NNZ()))
 			}
 		}
 		bytes, msgs := spBruckBytesSent(size)

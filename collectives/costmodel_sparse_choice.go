@@ -55,7 +55,7 @@ func (m CostModel) chooseSparseWire(p, dim int, w spWire, nnz []int) spChoice {
 // predicted faster.
 func (m CostModel) bestWire(best spChoice, a Algo, p, dim int, w spWire, nnz []int) spChoice {
 	for _, cw := range m.spWires(w) {
-		if pr := spPredict(m, a, p, dim, cw, spUniform{nnz: nnz, dim: dim}, nil); pr.Seconds < best.seconds {
+		if pr := spPredict(m, a, p, dim, cw, newSpUniform(nnz, dim), nil); pr.Seconds < best.seconds {
 			best = spChoice{algo: a, wire: cw, pred: pr, seconds: pr.Seconds}
 		}
 	}
@@ -145,18 +145,20 @@ func (m CostModel) chooseSparseOrDenseWire(p, dim int, w spWire, nnz []int) spCh
 	denseAlgo := m.ChooseAllreduce(bytes, p)
 	dense := spChoice{algo: denseAlgo, wire: w, seconds: m.allreduceTime(denseAlgo, bytes, p) + float64(bytes)*m.Gamma} // + densifying the input
 	if expectedUnion(dim, nnz) >= denseUnionFraction {
-		// Only the split schedules still compete. With exact values,
-		// DSAR alone: its result is dense by design and its last phase
-		// moves dense blocks in place, where the other sparse schedules
-		// would push nearly dense partial results through encode,
-		// decode and merges. With a lossy codec both split schedules,
-		// whose ranges travel quantized, a fraction of the exact dense
-		// vector the dense end moves.
+		// Only the split schedules still compete: DSAR, whose result is
+		// dense by design and whose last phase moves dense blocks in
+		// place, and ssar-split, whose owners each reduce one range and
+		// whose allgather moves the ranges once, in the smaller form
+		// (with a lossy codec quantized, a fraction of the exact dense
+		// vector the dense end moves). Recursive doubling and the
+		// allgather would push nearly dense partial results or inputs
+		// through encode, decode and merges at every rank. With many
+		// ranks on a small vector ssar-split's one latency for its
+		// scatter beats both DSAR's and the dense algorithms' P-1 or
+		// 2 log2 P: at 256 ranks, 1% of 64K, 0.73x Rabenseifner
+		// (TestAutoChoiceAt256, sparcml sim).
 		best := m.bestWire(dense, AlgoDSAR, p, dim, w, nnz)
-		if w.lossy() {
-			best = m.bestWire(best, AlgoSSARSplitAllgather, p, dim, w, nnz)
-		}
-		return best
+		return m.bestWire(best, AlgoSSARSplitAllgather, p, dim, w, nnz)
 	}
 	if sparse := m.chooseSparseWire(p, dim, w, nnz); sparse.seconds <= dense.seconds {
 		return sparse
@@ -165,10 +167,11 @@ func (m CostModel) chooseSparseOrDenseWire(p, dim int, w spWire, nnz []int) spCh
 }
 
 // denseUnionFraction: when the sum is expected to fill more than half of
-// the dimension, only the dense allreduce and DSAR are considered. The
-// other sparse schedules then move nearly dense partial results through
-// encode, decode and merge passes that the dense algorithms do not have,
-// and lose to the dense allreduce by more than the model predicts; DSAR,
+// the dimension, only the dense allreduce and the split schedules are
+// considered. Recursive doubling and the allgather then move nearly dense
+// partial results through encode, decode and merge passes that the dense
+// algorithms do not have, and lose to the dense allreduce by more than
+// the model predicts; DSAR,
 // whose owners add into the dense output and whose allgather moves dense
 // blocks in place, beats it. Benchmarks: scripts/perf.sh forces every
 // algorithm on 8 ranks at 10% per rank (a union of 57%; sparcml bench

@@ -30,10 +30,33 @@ const (
 	spFlagBalanced    = 1
 )
 
-// spSampleCount is how many index samples each rank sends for balanced
-// ranges: 16 per range, at least 32 and at most 256, so the boundaries land
-// within about 1/16 of a range's share of the nonzeros.
-func spSampleCount(p int) int { return min(max(16*p, 32), 256) }
+// spSampleCount is how many index samples a rank of nnz entries sends for
+// balanced ranges: 16 per range, at least 32 and at most 256, so the
+// boundaries land within about 1/16 of a range's share of the nonzeros;
+// and at most one per spSampleEntries entries, so that a small input's
+// samples do not cost more than its entries. The exchange allgathers
+// every rank's samples: at 256 each, the simulated exchange of 64 ranks
+// at 0.1% of 256K took 80 us against ssar-split's 105 (`sparcml sim -n
+// 64 --op sparse-allreduce --sizes 256K --density 0.001 --algo
+// auto,ssar-split`, docs/SIMULATION.md).
+func spSampleCount(p, nnz int) int {
+	return min(max(16*p, 32), 256, (nnz+spSampleEntries-1)/spSampleEntries)
+}
+
+// spSampleEntries is the fewest entries a sample stands for.
+const spSampleEntries = 8
+
+// spSampleWeight is the weight of one of q samples of a rank of nnz
+// entries, in units of 1/spWeightUnit entry: integers, so that every rank
+// computes the same bounds.
+func spSampleWeight(nnz, q int) uint64 {
+	if q == 0 {
+		return 0
+	}
+	return uint64(nnz) * spWeightUnit / uint64(q)
+}
+
+const spWeightUnit = 1 << 12
 
 // spAgreement is what every rank learned from the exchange: identical on
 // all ranks, so every decision taken from it is too.
@@ -57,7 +80,7 @@ func (a *spAgreement) total() int64 {
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	// Samples always: balanced ranges need them, and AlgoAuto runs
 	// ssar-split on balanced ranges (splitBounds).
-	q := spSampleCount(c.p)
+	q := spSampleCount(c.p, c.in.NNZ())
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
 	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q))
 	blobs, err := spAllgatherBlobs(c.op, &c.sc, spStepAgree, mine, spRecordSize)
@@ -195,13 +218,13 @@ func spParseRecord(b []byte, dim int) (spRecord, error) {
 func (a *spAgreement) balancedBounds(dim, p int) []int {
 	var total uint64
 	for r, s := range a.samples {
-		total += uint64(len(s)) * uint64(a.nnz[r])
+		total += uint64(len(s)) * spSampleWeight(a.nnz[r], len(s))
 	}
 	if total == 0 {
 		return spEqualBounds(dim, p)
 	}
-	// Weights are in units of 1/q entries: a sample of rank r weighs
-	// nnz[r], and all ranks use the same q. Every rank's samples are
+	// A sample of rank r weighs nnz[r]/q[r] entries (spSampleWeight),
+	// as ranks of few entries send fewer samples. Every rank's samples are
 	// sorted (spParseRecord checks), so they are merged in index order,
 	// ties in rank order, with a heap of keys index<<32 | rank, and only
 	// up to the last quantile: the bounds are on the path of every
@@ -227,7 +250,7 @@ func (a *spAgreement) balancedBounds(dim, p int) []int {
 		for len(heap) > 0 && spLess128(cum, uint64(p), total, uint64(i)) {
 			r := int(uint32(heap[0]))
 			last = int(heap[0] >> 32)
-			cum += uint64(a.nnz[r])
+			cum += spSampleWeight(a.nnz[r], len(a.samples[r]))
 			if heads[r]++; heads[r] < len(a.samples[r]) {
 				heap[0] = uint64(a.samples[r][heads[r]])<<32 | uint64(r)
 			} else {
@@ -253,10 +276,10 @@ func spLess128(a, b, c, d uint64) bool {
 }
 
 // onWire is the part of a cost model the agreement record carries (and so
-// compares): SparseGamma, IndexCodec, LocalAlpha and LocalBeta are left
-// out, as the record's layout predates them; communicators set every
-// field from rank 0's calibration alike.
+// compares): SparseGamma, IndexCodec, LocalAlpha, LocalBeta and Latency
+// are left out, as the record's layout predates them; communicators set
+// every field from rank 0's calibration alike.
 func onWire(m CostModel) CostModel {
-	m.SparseGamma, m.IndexCodec, m.LocalAlpha, m.LocalBeta = 0, 0, 0, 0
+	m.SparseGamma, m.IndexCodec, m.LocalAlpha, m.LocalBeta, m.Latency = 0, 0, 0, 0, 0
 	return m
 }

@@ -332,7 +332,29 @@ func (c *spCall[T]) encode(dst []byte, v *sparse.Vector[T], lo, hi int) ([]byte,
 	if err != nil {
 		return nil, c.op.Fail(err)
 	}
+	if c.q == nil {
+		c.codecWork(len(b) - len(dst))
+	} else {
+		c.codecWork(spRangeEntryBytes(v, lo, hi))
+	}
 	return b, nil
+}
+
+// codecWork reports the encoding or decoding of a message whose entries
+// take bytes in memory (the wire size with exact values) to the transport
+// (transport.Work): the simulator charges it as the cost model does, at
+// sparseCodecFactor dense reductions a byte.
+func (c *spCall[T]) codecWork(bytes int) {
+	transport.Work(c.op.T, transport.KernelReduce, sparseCodecFactor*bytes)
+}
+
+// spRangeEntryBytes is the in-memory size of v's entries in [lo, hi).
+func spRangeEntryBytes[T Float](v *sparse.Vector[T], lo, hi int) int {
+	if v.Dense {
+		return (hi - lo) * sparse.ValueSize[T]()
+	}
+	a, b := v.RangeBounds(lo, hi)
+	return (b - a) * (sparse.IndexSize + sparse.ValueSize[T]())
 }
 
 // resultGuess is the encoded size of the result if every rank brought
@@ -377,12 +399,17 @@ func (c *spCall[T]) received(b []byte, peer, dim int) (*sparse.Vector[T], error)
 		// Decoded into a pooled vector: lossy values, or packed
 		// indices (which cannot be viewed in place).
 		v := c.vector()
-		return v, c.decode(v, b, peer, dim)
+		if err := c.decode(v, b, peer, dim); err != nil {
+			return nil, err
+		}
+		c.codecWork(entryBytes([]*sparse.Vector[T]{v}))
+		return v, nil
 	}
 	v := &sparse.Vector[T]{}
 	if err := v.DecodeView(b); err != nil {
 		return nil, c.op.Fail(fmt.Errorf("%w: rank %d sent a bad vector: %w", transport.ErrProtocol, c.op.commRank(peer), err))
 	}
+	c.codecWork(len(b))
 	return v, c.checkReceived(v, peer, dim)
 }
 

@@ -105,5 +105,6 @@ func (pl *spPlan) bruck(size, mem, codec []float64, reduceFactor float64) {
 			pl.msg(r, to, b, 0, 0)
 		}
 	}
+	pl.rounds = ceilLog2(p) // each round forwards what the one before brought
 	pl.endPhase()
 }

@@ -117,5 +117,6 @@ func (pl *spPlan) denseRing(size []float64) {
 		}
 	}
 	pl.raw = true
+	pl.rounds = p - 1 // each step forwards the block the one before brought
 	pl.endPhase()
 }

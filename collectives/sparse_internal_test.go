@@ -63,7 +63,7 @@ func TestSparseBalancedBoundsAreRanges(t *testing.T) {
 				}
 			}
 			ag.nnz[r] = len(v.Indices)
-			ag.samples[r] = spSampleIndices(v, spSampleCount(p))
+			ag.samples[r] = spSampleIndices(v, spSampleCount(p, ag.nnz[r]))
 		}
 		b := ag.balancedBounds(dim, p)
 		if len(b) != p+1 || b[0] != 0 || b[p] != dim {
@@ -82,12 +82,12 @@ func TestSparseBalancedBoundsAreRanges(t *testing.T) {
 
 // quantileBounds is balancedBounds by its definition, for reference: inner
 // bound i is the least s+1, s a sample, such that the samples up to s
-// weigh at least i/p of all (a sample of rank r weighs nnz[r]); equal
+// weigh at least i/p of all (a sample of rank r weighs nnz[r]/q[r]); equal
 // ranges when nothing is stored.
 func quantileBounds(ag *spAgreement, dim, p int) []int {
 	var total uint64
 	for r, s := range ag.samples {
-		total += uint64(len(s)) * uint64(ag.nnz[r])
+		total += uint64(len(s)) * spSampleWeight(ag.nnz[r], len(s))
 	}
 	if total == 0 {
 		return spEqualBounds(dim, p)
@@ -96,7 +96,7 @@ func quantileBounds(ag *spAgreement, dim, p int) []int {
 		for r, s := range ag.samples {
 			for _, y := range s {
 				if y <= x {
-					w += uint64(ag.nnz[r])
+					w += spSampleWeight(ag.nnz[r], len(s))
 				}
 			}
 		}
@@ -125,7 +125,7 @@ func BenchmarkBalancedBounds(b *testing.B) {
 		ag := &spAgreement{nnz: make([]int, p), samples: make([][]uint32, p)}
 		for r := range p {
 			ag.nnz[r] = 1000 + r
-			s := make([]uint32, spSampleCount(p))
+			s := make([]uint32, spSampleCount(p, 1<<20))
 			for i := range s {
 				s[i] = rng.Uint32N(1 << 24)
 			}
@@ -207,11 +207,12 @@ func TestIndexBytesEstimateMatchesEncoding(t *testing.T) {
 }
 
 // BenchmarkChooseSparse times AlgoAuto's choice, made on every call from
-// the agreed counts: 0.1% and 1% of 16M per rank, exact and q4 values.
+// the agreed counts: 0.1% and 1% of 16M per rank, exact and q4 values,
+// on 4 and 8 ranks and at the simulator's scale of 1024.
 func BenchmarkChooseSparse(b *testing.B) {
 	m := CostModel{Alpha: 50e-6, Beta: 1 / 125e6, Gamma: 1 / 4e9, IndexCodec: 4e-9}
 	const dim = 1 << 24
-	for _, p := range []int{4, 8} {
+	for _, p := range []int{4, 8, 1024} {
 		for _, frac := range []float64{0.001, 0.01} {
 			for _, kind := range []quant.Kind{quant.None, quant.Q4} {
 				nnz := make([]int, p)
@@ -225,6 +226,52 @@ func BenchmarkChooseSparse(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestBalancedBoundsWeighSamples: ranks of very different counts send
+// different numbers of samples (spSampleCount: one per 8 entries, at most
+// 256), and each sample weighs its rank's count over its samples, so the
+// ranges hold about equal shares of all the entries, counted on the
+// supports themselves: 15 light ranks of 512 entries spread over the whole
+// dimension (64 samples each) and a heavy one of 7680 on its upper half
+// (256 samples). Weighing every sample by its rank's count alone would
+// give the light half a fifth of the weight.
+func TestBalancedBoundsWeighSamples(t *testing.T) {
+	const dim, p = 1 << 16, 16
+	var vs []*sparse.Vector[float32]
+	for r := range p - 1 {
+		v := &sparse.Vector[float32]{Dim: dim}
+		for i := r; i < dim; i += dim / 512 {
+			v.Indices = append(v.Indices, uint32(i))
+		}
+		vs = append(vs, v)
+	}
+	heavy := &sparse.Vector[float32]{Dim: dim}
+	for i := dim / 2; i < dim; i += 4 {
+		heavy.Indices = append(heavy.Indices, uint32(i))
+	}
+	heavy.Indices = heavy.Indices[:7680]
+	vs = append(vs, heavy)
+	ag := &spAgreement{}
+	total := 0
+	for _, v := range vs {
+		ag.nnz = append(ag.nnz, len(v.Indices))
+		ag.samples = append(ag.samples, spSampleIndices(v, spSampleCount(p, len(v.Indices))))
+		total += len(v.Indices)
+	}
+	if len(ag.samples[0]) != 64 || len(ag.samples[p-1]) != 256 {
+		t.Fatalf("samples %d and %d, want 64 and 256", len(ag.samples[0]), len(ag.samples[p-1]))
+	}
+	b := ag.balancedBounds(dim, p)
+	for q := range p {
+		n := 0
+		for _, v := range vs {
+			n += sparse.LowerBound(v.Indices, b[q+1]) - sparse.LowerBound(v.Indices, b[q])
+		}
+		if share := float64(n) / float64(total); math.Abs(share*p-1) > 0.3 {
+			t.Errorf("range %d [%d, %d) holds %.3f of the entries, want 1/%d (bounds %v)", q, b[q], b[q+1], share, p, b)
 		}
 	}
 }

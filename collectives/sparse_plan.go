@@ -126,7 +126,7 @@ func (c *spCall[T]) predict(st *SparseStats, m CostModel, algo Algo, wire spWire
 		return
 	}
 	if pred.BytesSent == nil {
-		pred = spPredict(m, algo, c.p, c.in.Dim, wire, spUniform{nnz: ag.nnz, dim: c.in.Dim}, nil)
+		pred = spPredict(m, algo, c.p, c.in.Dim, wire, newSpUniform(ag.nnz, c.in.Dim), nil)
 	}
 	st.PredictedBytes = pred.BytesSent[c.rank] + ag.bytesSent[c.rank]
 	st.PredictedSeconds = pred.Seconds + ag.seconds

@@ -117,16 +117,24 @@ func planSSARRecursiveDoubling(pl *spPlan, p, dim int, w spWire, sup spSupports)
 	g := newFoldedGroup(p)
 	// A partial sum of several ranks is dense in memory once the
 	// kernels' rule says so; an input sent in the fold is as given.
-	send := func(from, to int, k float64, group []int, reduce float64) {
+	// Each merge reads the rank's own partial as well as the one it
+	// received (sparse.Add of both, as mergeIn reports it): the sender's
+	// message is its own partial, which it merges too.
+	send := func(from, to int, k float64, group []int, reduce float64) (mem float64) {
 		idx := spIdx(w, sup, group, 0, dim)
 		memDense := len(group) > 1 && sparse.PreferDense(int(math.Round(k)), dim, w.s)
 		b, dense := w.msg(k, dim, idx, memDense)
-		pl.msg(from, to, b, w.mem(k, dim, b, dense), reduce)
+		mem = w.mem(k, dim, b, dense)
+		pl.msg(from, to, b, mem, reduce)
 		pl.indexCodec(from, to, w.codecSecs(k, dim, idx, memDense))
+		return mem
 	}
 	if g.extra > 0 {
 		for r := 0; r < 2*g.extra; r += 2 {
 			send(r, r+1, sup.count(r, 0, dim), []int{r}, 1)
+			k := sup.count(r+1, 0, dim)
+			b, dense := w.msg(k, dim, spIdx(w, sup, []int{r + 1}, 0, dim), false)
+			pl.red[r+1] += w.mem(k, dim, b, dense)
 		}
 		pl.endPhase()
 	}
@@ -140,7 +148,8 @@ func planSSARRecursiveDoubling(pl *spPlan, p, dim int, w spWire, sup spSupports)
 					group = append(group, 2*o)
 				}
 			}
-			send(g.oldRank(n), g.oldRank(n^d), sup.union(group, 0, dim), group, 1)
+			from := g.oldRank(n)
+			pl.red[from] += send(from, g.oldRank(n^d), sup.union(group, 0, dim), group, 1)
 		}
 		pl.endPhase()
 	}

@@ -180,8 +180,25 @@ func (c *spCall[T]) appendRanges(out, red *sparse.Vector[T], blobs [][]byte) err
 		if err != nil {
 			return c.op.Fail(fmt.Errorf("%w: rank %d sent a bad range: %w", transport.ErrProtocol, c.op.commRank(q), err))
 		}
+		if q != c.rank {
+			c.codecWork(c.decodedBytes(b))
+		}
 	}
 	return nil
+}
+
+// decodedBytes is what decoding message b costs in memory: its wire size
+// with exact values, its entries with a lossy codec (sparse.Peek read it
+// before).
+func (c *spCall[T]) decodedBytes(b []byte) int {
+	if c.q == nil {
+		return len(b)
+	}
+	d, nnz, dense, _ := sparse.Peek(b)
+	if dense {
+		return d * sparse.ValueSize[T]()
+	}
+	return nnz * (sparse.IndexSize + sparse.ValueSize[T]())
 }
 
 // spAppendRange appends range vector v, which starts at index lo, to the

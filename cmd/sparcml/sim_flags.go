@@ -141,6 +141,7 @@ func parseSimFlags(args []string) (*simConfig, error) {
 	// auto against the best forced algorithm judges the formulas, not
 	// their parameters.
 	cfg.model.Alpha, cfg.model.Beta = m.Latency+2*m.Overhead, 1/m.Rate
+	cfg.model.Latency = m.Latency
 	if m.Topology != sim.Flat {
 		cfg.model.LocalAlpha, cfg.model.LocalBeta = m.ShmLatency, 1/m.ShmRate
 	}
