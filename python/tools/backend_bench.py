@@ -6,7 +6,9 @@ and against `sparcml bench` of the same operation on the same ranks.
 
 Cases (--cases, a comma list):
 - dense: an all_reduce (SUM) of --n float32, the backend and gloo;
-- bench: `sparcml bench --op allreduce` of the same --n float32, started
+- bench: `sparcml bench --op allreduce` of the same --n float32 (with
+  each algorithm of --bench-algos; variant sparcml-bench for auto, the
+  backend's choice, sparcml-bench-ALGO for the others), started
   by every rank as a job of its own (a new rendezvous port per round)
   while this process idles, so the Python path is compared with the
   library's own benchmark on the same ranks;
@@ -120,17 +122,17 @@ def fail(msg):
     sys.exit(1)
 
 
-def sparcml_bench(binary, n, iters, warmup, rnd):
+def sparcml_bench(binary, n, algo, iters, warmup, port_offset):
     """One `sparcml bench` job of the same ranks, on a rendezvous port of
     its own; returns rank 0's JSON row (None on the other ranks)."""
     env = dict(os.environ)
     host, port = env["SPARCML_ADDR"].rsplit(":", 1)
-    env["SPARCML_ADDR"] = "%s:%d" % (host, int(port) + 101 + rnd)
+    env["SPARCML_ADDR"] = "%s:%d" % (host, int(port) + 101 + port_offset)
     for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(v, None)
     env.setdefault("SPARCML_RANK", str(dist.get_rank()))
     env.setdefault("SPARCML_SIZE", str(dist.get_world_size()))
-    out = subprocess.run([binary, "bench", "--op", "allreduce", "--sizes", str(n), "--iters", str(iters),
+    out = subprocess.run([binary, "bench", "--op", "allreduce", "--algo", algo, "--sizes", str(n), "--iters", str(iters),
                           "--warmup", str(warmup), "--format", "json", "--progress=false"],
                          env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
@@ -152,6 +154,7 @@ def main():
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--touched", type=float, default=0.01, help="fraction of rows each rank touches")
     ap.add_argument("--sparcml-bench", default=None, help="the sparcml CLI, for the bench case")
+    ap.add_argument("--bench-algos", default="auto", help="the bench case's --algo values, in turn")
     args = ap.parse_args()
     cases = set(args.cases.split(","))
     init()
@@ -190,13 +193,17 @@ def main():
             timer.run("dense/sparcml", lambda: dist.all_reduce(big), None, args.iters, w, rnd)
             timer.run("dense/gloo", lambda: dist.all_reduce(big, group=gloo), gloo, args.iters, w, rnd)
         if "bench" in cases:
-            dist.barrier(group=gloo)
-            row = sparcml_bench(args.sparcml_bench, args.n, args.iters, max(w, 1), rnd)
-            if row is not None:
+            for i, algo in enumerate(args.bench_algos.split(",")):
+                dist.barrier(group=gloo)
+                row = sparcml_bench(args.sparcml_bench, args.n, algo, args.iters, max(w, 1), 10 * rnd + i)
+                if row is None:
+                    continue
+                name = "dense/sparcml-bench" + ("" if algo == "auto" else "-" + algo)
                 for _ in range(args.iters):  # the round's median (slowest rank's calls), weighted as the others
-                    timer.add_slowest("dense/sparcml-bench", rnd, row["time_us_median"] * 1e-6)
-                meta.setdefault("bench_algo", row.get("algo_chosen"))
-                meta.setdefault("bench_bytes_sent_per_rank", row.get("bytes_sent_per_rank"))
+                    timer.add_slowest(name, rnd, row["time_us_median"] * 1e-6)
+                if algo == "auto":
+                    meta.setdefault("bench_algo", row.get("algo_chosen"))
+                    meta.setdefault("bench_bytes_sent_per_rank", row.get("bytes_sent_per_rank"))
         if "sparse" in cases:
             timer.run("sparse/sparcml", lambda: dist.all_reduce(grad.clone()), None, args.iters, w, rnd)
             timer.run("sparse/gloo", lambda: dist.all_reduce(grad.clone(), group=gloo), gloo, args.iters, w, rnd)
