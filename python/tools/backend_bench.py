@@ -19,6 +19,9 @@ Cases (--cases, a comma list):
 - small: an all_reduce of --small float32 through the backend and through
   the C ABI (sparcml.Comm.allreduce on the backend's communicator).
 
+cpu_ms_per_call is the CPU time of a rank's process (all its threads: the
+Go runtime's, gloo's) per timed call, the mean over the ranks.
+
 Every round runs each variant in turn (A B C A B C ...), --iters timed
 calls each after --warmup in the first round, so a slow stretch of a shared
 machine falls on all of them. Each call starts after a barrier; its time is
@@ -67,6 +70,7 @@ class Timer:
 
     def __init__(self):
         self.times = {}  # variant -> list of (round, seconds)
+        self.cpu = {}  # variant -> CPU seconds of this process (every thread) in its timed calls
         self.slowest_already = {}  # variant -> rank 0's (round, seconds), already the slowest rank's
 
     def run(self, name, fn, group, iters, warmup, rnd):
@@ -75,9 +79,20 @@ class Timer:
         out = self.times.setdefault(name, [])
         for _ in range(iters):
             dist.barrier(group=group)
+            c = time.process_time()
             t = time.perf_counter()
             fn()
             out.append((rnd, time.perf_counter() - t))
+            self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - c
+
+    def cpu_per_call(self, group):
+        """{variant: CPU seconds per call, the mean over the ranks}."""
+        out = {}
+        for name in sorted(self.cpu):
+            t = torch.tensor([self.cpu[name] / len(self.times[name])], dtype=torch.float64)
+            dist.all_reduce(t, group=group)
+            out[name] = t.item() / dist.get_world_size(group)
+        return out
 
     def add_slowest(self, name, rnd, seconds):
         self.slowest_already.setdefault(name, []).append((rnd, seconds))
@@ -212,6 +227,7 @@ def main():
             timer.run("small/capi", lambda: comm.allreduce(small_np), None, args.small_iters, 10 if w else 0, rnd)
 
     res = timer.slowest(gloo)
+    cpu = timer.cpu_per_call(gloo)
     if rank == 0:
         med = {k: statistics.median(s for _, s in v) for k, v in res.items()}
         for k, v in res.items():
@@ -219,6 +235,8 @@ def main():
             per_round = [statistics.median(s for r, s in v if r == i) for i in range(args.rounds)]
             row = {"case": case, "variant": variant, "median_ms": med[k] * 1e3,
                    "round_medians_ms": [round(x * 1e3, 3) for x in per_round], "calls": len(v), **meta}
+            if k in cpu:
+                row["cpu_ms_per_call"] = cpu[k] * 1e3
             row["n"] = {"dense": args.n, "small": args.small}.get(case, args.rows * args.dim)
             if case == "sparse":
                 row.update(rows=args.rows, dim=args.dim, touched=args.touched)

@@ -78,7 +78,8 @@ func cases(c config) []benchCase {
 	backend := filepath.Join(filepath.Dir(c.pythonPath), "python", "tools", "backend_bench.py")
 	overlap := filepath.Join(filepath.Dir(c.pythonPath), "python", "tools", "overlap_bench.py")
 	return []benchCase{
-		{"local", 0, 4, "", backend, []string{"--cases", "dense,bench,small", "--rounds", rounds, "--sparcml-bench", c.sparcml}},
+		{"local", 0, 4, "", backend, []string{"--cases", "dense,bench,small", "--rounds", rounds,
+			"--sparcml-bench", c.sparcml, "--bench-algos", "auto,ring"}},
 		{"dense", 8, 8, "1gbit", backend, []string{"--cases", "dense,bench,sparse,small", "--rounds", rounds,
 			"--sparcml-bench", c.sparcml, "--bench-algos", "auto,ring"}},
 		{"overlap", 4, 4, "1gbit", overlap, []string{"--rounds", rounds}},
