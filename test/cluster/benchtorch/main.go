@@ -33,6 +33,7 @@ type config struct {
 	only                        string
 	rounds                      int
 	lock                        string
+	label                       string
 }
 
 // benchCase is one job: its ranks (hosts = 0: np ranks on this host) and
@@ -55,6 +56,7 @@ func main() {
 	flag.StringVar(&c.only, "only", "", "comma list of cases to run: local,dense,overlap (default all)")
 	flag.IntVar(&c.rounds, "rounds", 5, "rounds of every case (the variants alternate within each)")
 	flag.StringVar(&c.lock, "lock", "/tmp/sparcml-cluster.lock", "lock held while a cluster case runs")
+	flag.StringVar(&c.label, "label", "", "added to every row as \"label\" (what the tree holds, e.g. the branches merged)")
 	flag.Parse()
 	for _, p := range []*string{&c.sparcml, &c.python, &c.pythonPath, &c.out} {
 		abs, err := filepath.Abs(*p)
@@ -139,7 +141,7 @@ func runLocal(c config, w io.Writer, bc benchCase) error {
 	if err != nil {
 		return fmt.Errorf("%v\n%s", err, out)
 	}
-	return emit(w, string(out), map[string]any{"bench": bc.name, "hosts": 1, "load": loadAvg(), "commit": commit()})
+	return emit(w, string(out), map[string]any{"bench": bc.name, "hosts": 1, "load": loadAvg(), "commit": commit(), "label": c.label})
 }
 
 func runCluster(c config, w io.Writer, bc benchCase) error {
@@ -165,7 +167,7 @@ func runCluster(c config, w io.Writer, bc benchCase) error {
 		}
 	}
 	return emit(w, res[0].Stdout, map[string]any{"bench": bc.name, "hosts": bc.hosts, "rate": bc.rate,
-		"rate_mbps": cl.RateMbps(0), "probe_mbps": cl.ProbeMbps, "load": loadAvg(), "commit": commit()})
+		"rate_mbps": cl.RateMbps(0), "probe_mbps": cl.ProbeMbps, "load": loadAvg(), "commit": commit(), "label": c.label})
 }
 
 // emit appends every JSON line of stdout with extra added, and prints it.
