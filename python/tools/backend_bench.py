@@ -5,7 +5,9 @@ and against `sparcml bench` of the same operation on the same ranks.
     go run ./test/cluster/benchtorch          # the same on emulated hosts (make bench-torch-cluster)
 
 Cases (--cases, a comma list):
-- dense: an all_reduce (SUM) of --n float32, the backend and gloo;
+- dense: an all_reduce (SUM) of --n float32, the backend and gloo, and
+  the same allreduce through the C ABI (sparcml.Comm.allreduce on the
+  backend's communicator, variant capi);
 - bench: `sparcml bench --op allreduce` of the same --n float32 (with
   each algorithm of --bench-algos; variant sparcml-bench for auto, the
   backend's choice, sparcml-bench-ALGO for the others), started
@@ -180,6 +182,7 @@ def main():
     meta = {"np": size, "torch": torch.__version__}
 
     big = torch.ones(args.n)
+    big_np = big.numpy()
     if "dense" in cases:  # check once: both sums of the same seeded input
         x = torch.randn(args.n, generator=torch.Generator().manual_seed(rank))
         a, b = x.clone(), x.clone()
@@ -207,6 +210,7 @@ def main():
         if "dense" in cases:
             timer.run("dense/sparcml", lambda: dist.all_reduce(big), None, args.iters, w, rnd)
             timer.run("dense/gloo", lambda: dist.all_reduce(big, group=gloo), gloo, args.iters, w, rnd)
+            timer.run("dense/capi", lambda: comm.allreduce(big_np), None, args.iters, w, rnd)
         if "bench" in cases:
             for i, algo in enumerate(args.bench_algos.split(",")):
                 dist.barrier(group=gloo)
@@ -246,6 +250,8 @@ def main():
             ratios["dense_gloo_over_sparcml"] = med["dense/gloo"] / med["dense/sparcml"]
         if "dense/sparcml-bench" in med and "dense/sparcml" in med:
             ratios["dense_sparcml_over_bench"] = med["dense/sparcml"] / med["dense/sparcml-bench"]
+        if "dense/capi" in med and "dense/sparcml" in med:
+            ratios["dense_sparcml_over_capi"] = med["dense/sparcml"] / med["dense/capi"]
         if "sparse/gloo" in med:
             ratios["sparse_gloo_over_sparcml"] = med["sparse/gloo"] / med["sparse/sparcml"]
         if "small/capi" in med:
