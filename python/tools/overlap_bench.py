@@ -23,7 +23,9 @@ bucket copies), alternating in rounds of --steps steps:
 - gloo: DDP's own reduction on a gloo group, for reference.
 
 A step is zero_grad, forward, backward (the reduction inside it) and the
-optimizer's step, after a barrier; its time is the slowest rank's. Rank 0
+optimizer's step, after a barrier; its time is the slowest rank's;
+cpu_ms_per_step is a rank's CPU time per step (every thread of its
+process; the median over steps, the mean over ranks). Rank 0
 prints one JSON object per variant (median step, per-round medians) and a
 summary: the overlap fraction (compute + comm - step) / min(compute, comm)
 of async and default, and each step over max(compute, comm).
@@ -154,32 +156,38 @@ def main():
     variants = {}
     for name in args.variants.split(","):
         if name == "comm":
-            variants[name] = (comm_only, [])
+            variants[name] = (comm_only, [], [])
             continue
         ddp = DDP(copy.deepcopy(base), gradient_as_bucket_view=True, process_group=gloo if name == "gloo" else None)
         hook = {"none": no_reduction, "sync": sync_allreduce_hook, "async": st.allreduce_hook}.get(name)
         if hook is not None:
             ddp.register_comm_hook(None, hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-        variants[name] = ((lambda d=ddp, o=opt: step(d, o, x)), [])
-    for fn, _ in variants.values():  # warm-up: bucket rebuild, first calls
+        variants[name] = ((lambda d=ddp, o=opt: step(d, o, x)), [], [])
+    for fn, _, _ in variants.values():  # warm-up: bucket rebuild, first calls
         for _ in range(2):
             fn()
     for _ in range(args.rounds):
-        for fn, times in variants.values():
+        for fn, times, cpu in variants.values():
             for _ in range(args.steps):
                 dist.barrier()
+                c = time.process_time()
                 t = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t)
+                cpu.append(time.process_time() - c)
     med = {}
-    for name, (_, times) in variants.items():
+    for name, (_, times, cpu) in variants.items():
         t = slowest(times)
+        cpu_ms = statistics.median(cpu) * 1e3
+        c = torch.tensor([cpu_ms], dtype=torch.float64)
+        dist.all_reduce(c)
         med[name] = statistics.median(t)
         rounds = [statistics.median(t[i * args.steps:(i + 1) * args.steps]) for i in range(args.rounds)]
         if rank == 0:
             print(json.dumps({"case": "overlap", "variant": name, "median_ms": med[name] * 1e3,
-                              "round_medians_ms": [round(v * 1e3, 2) for v in rounds], "np": size,
+                              "round_medians_ms": [round(v * 1e3, 2) for v in rounds],
+                              "cpu_ms_per_step": c.item() / size, "np": size,
                               "params": params, "layers": args.layers, "hidden": args.hidden, "batch": batch,
                               "buckets": [b.numel() for b in buckets]}), flush=True)
     if rank == 0 and "none" in med and "comm" in med:
