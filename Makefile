@@ -21,7 +21,7 @@ RACE_PKGS := ./transport/... ./collectives/... ./fallback/... ./internal/bootstr
 	./internal/world ./internal/sparseplan ./internal/flight ./internal/startup ./internal/topology ./internal/deadline ./internal/apihook \
 	./train ./train/model
 
-.PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults test-faults-soak test-faults-soak-short lint fmt fuzz bench bench-cluster bench-train-cluster sim-validate clean help
+.PHONY: all build deps deps-cluster deps-mpi demo test test-unit test-race test-integration test-cluster test-faults test-faults-soak test-faults-soak-short lint fmt fuzz bench bench-cluster bench-train-cluster bench-torch-cluster sim-validate clean help
 .PHONY: lib install deps-python test-bindings
 
 all: build
@@ -38,6 +38,7 @@ help:
 	@echo "make bench    dense collective benchmarks (see docs/PERFORMANCE.md)"
 	@echo "make bench-cluster  sparcml against Open MPI on emulated 4- and 8-host clusters (bench/results/)"
 	@echo "make sim-validate  sparcml sim against the emulated cluster's measured medians (bench/results/sim-validate.md; SIM_VALIDATE_FLAGS=--bench measures first)"
+	@echo "make bench-torch-cluster  the PyTorch backend against gloo, on this host and on emulated hosts (bench/results/)"
 	@echo "make bench-train-cluster  sparcml train on emulated 8-host clusters: epoch time and time to accuracy (bench/results/)"
 	@echo "make fuzz     run every fuzz target for FUZZTIME (default 30s) each"
 
@@ -171,6 +172,19 @@ bench-train-cluster: build deps-cluster
 	@mkdir -p bench/results
 	$(GO) run ./test/cluster/benchtrain -sparcml $(BIN) -out bench/results/train-cluster.jsonl \
 		-md bench/results/train-cluster.md $(BENCH_TRAIN_CLUSTER_FLAGS)
+
+# The PyTorch backend against gloo (not part of `make test`): dense all_reduce
+# of 16M float32 at P = 4 on this host and on 8 emulated hosts at 1 Gbit/s
+# (with `sparcml bench` of the same operation in the same run), the sparse
+# embedding gradient, and DDP's overlap with allreduce_hook on 4 emulated
+# hosts (docs/PERFORMANCE.md). Each cluster case holds the cluster lock
+# only while it runs. BENCH_TORCH_CLUSTER_FLAGS: `-only dense -rounds 3`
+# (go run ./test/cluster/benchtorch -h).
+BENCH_TORCH_CLUSTER_FLAGS ?=
+bench-torch-cluster: build lib deps-cluster deps-python
+	@mkdir -p bench/results
+	$(GO) run ./test/cluster/benchtorch -sparcml $(BIN) -python $(VENV)/bin/python \
+		-out bench/results/torch-cluster.jsonl $(BENCH_TORCH_CLUSTER_FLAGS)
 
 clean:
 	rm -rf bin $(LIBDIR) build/test build/stage
