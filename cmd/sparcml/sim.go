@@ -48,7 +48,7 @@ func simCmd(args []string) error {
 		return err
 	}
 	if cfg.plot != "" {
-		if err := os.WriteFile(cfg.plot, plotSVG(rows), 0o644); err != nil {
+		if err := writePlot(cfg.plot, rows); err != nil {
 			return err
 		}
 	}

@@ -70,7 +70,7 @@ func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
 	fs.StringVar(&v.compute, "compute", "model", "computation in virtual time: model (bytes over the cost model's kernel rate)|measured (CPU time the kernel took, times --compute-factor)|none")
 	fs.Float64Var(&cfg.machine.Compute.Factor, "compute-factor", 1, "with --compute measured: scale of the measured time")
 	fs.Float64Var(&cfg.memLimit, "memory-limit", 16, "GiB: the garbage collector's soft limit (runtime/debug.SetMemoryLimit; 0: the Go default, GOMEMLIMIT or none); it collects harder as the heap nears it instead of letting it grow to twice the live data")
-	fs.StringVar(&cfg.plot, "plot", "", "write an SVG plot of simulated time against ranks to this file")
+	fs.StringVar(&cfg.plot, "plot", "", "draw simulated time against ranks (log-log) to this file: PNG if its name ends in .png, else SVG")
 	fs.SetOutput(io.Discard)
 	return fs
 }
