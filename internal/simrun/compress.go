@@ -85,7 +85,11 @@ func (z *compressInstance) Run(op *collectives.Op, rank int) (collectives.Algo, 
 			err = sp.Restore(&dropped)
 		}
 	}
-	z.resids[rank] = sp.Residual()
+	if z.c.keep {
+		z.resids[rank] = sp.Residual()
+	} else {
+		z.outs[rank] = nil
+	}
 	return algo, err
 }
 

@@ -30,6 +30,10 @@ type Case struct {
 	Select  compress.Method       // compress: the local selection
 
 	topo *collectives.Topology // the simulated hosts (set by Run)
+	// keep holds every rank's result until the check (set by Run when
+	// checking): otherwise a rank's result is dropped when it returns,
+	// so that P results of n entries are not all held at the end.
+	keep bool
 }
 
 // Op is a collective `sparcml sim` can run.
@@ -115,7 +119,7 @@ func Run(cfg sim.Config, c Case, check bool) (Result, error) {
 		}
 		topo = &collectives.Topology{Hosts: hosts}
 	}
-	c.topo = topo
+	c.topo, c.keep = topo, check
 	inst, err := op.Prepare(c, cfg.Ranks)
 	if err != nil {
 		return Result{}, err
