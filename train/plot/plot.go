@@ -161,6 +161,9 @@ func (a axis) ticks(lo, hi float64) ([]float64, float64, float64) {
 	var t []float64
 	for e := lo; e <= hi; e++ {
 		t = append(t, e)
+		if a.base == 10 && hi-lo <= 2 && e < hi { // 2 and 5 between the powers of a short axis
+			t = append(t, e+math.Log10(2), e+math.Log10(5))
+		}
 	}
 	return t, lo, hi
 }
