@@ -80,7 +80,11 @@ func (a *spAgreement) total() int64 {
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	// Samples always: balanced ranges need them, and AlgoAuto runs
 	// ssar-split on balanced ranges (splitBounds).
-	q := spSampleCount(c.p, c.in.NNZ())
+	return c.agreeSampled(opts, spSampleCount(c.p, c.in.NNZ()))
+}
+
+// agreeSampled is agree with q index samples per rank.
+func (c *spCall[T]) agreeSampled(opts SparseOptions, q int) (*spAgreement, error) {
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
 	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q))
 	blobs, err := spAllgatherBlobs(c.op, &c.sc, spStepAgree, mine, spRecordSize)

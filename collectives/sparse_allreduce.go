@@ -424,9 +424,13 @@ func (c *spCall[T]) recv(peer int, step uint32, guess int) *transport.Request {
 // rank sends, give or take a few percent), and a message larger than its
 // posted buffer makes the transport allocate a fresh one, whose first
 // touch costs page faults; with an eighth of headroom the pooled buffers
-// fit from the first calls on.
+// fit from the first calls on. The fixed part is small: a rank posts P-1
+// of these at once (ssar-split, dsar), and a short message that outgrows
+// its buffer costs a fresh allocation of a page or two, not faults by the
+// hundred; `sparcml sim` at P = 1024 holds every rank's receives in one
+// process (docs/SIMULATION.md, Limits).
 func (s *spScratch) getRecv(n int) []byte {
-	return s.get(n + n/8 + 4096)
+	return s.get(n + n/8 + 256)
 }
 
 // data waits for a receive and keeps its payload buffer for release.

@@ -18,8 +18,8 @@ import (
 //
 //  0. Exact calls only (every GlobalTopkState.Period calls, and whenever K
 //     changes): the counts-and-samples allgather of ssar-split's balanced
-//     ranges (Bruck: each rank sends P-1 records of at most 48+4·256
-//     bytes); the calls in between reuse those ranges.
+//     ranges (Bruck: each rank sends P-1 records of 48+4q bytes, q =
+//     globalTopkSamples(P)); the calls in between reuse those ranges.
 //  1. Sparse reduce-scatter to the owners of the ranges (ssar-split's
 //     scatterToOwners): P-1 messages, k_r·c·(P-1)/P bytes.
 //  2. Each owner sums its range in rank order and keeps the nonzero sums
@@ -132,11 +132,21 @@ type GlobalTopkStats struct {
 	Bounds []int
 }
 
+// globalTopkSamples is the index samples each rank contributes to the
+// balanced ranges: 4096 over every rank, at least 16 per rank and at most
+// ssar-split's 256. The ranges are cut from every rank's samples merged
+// (balancedBounds), so 16 per range in all place a boundary within about
+// a sixteenth of a range's share, as ssar-split's 256 per rank do from
+// 16 ranks on; with 256 per rank the samples' allgather alone sent
+// 1072·(P-1) bytes per rank, 273 KB at P = 256, more than the data of 1%
+// of 1M entries (`sparcml sim --op compress`, docs/SIMULATION.md).
+func globalTopkSamples(p int) int { return min(max(4096/max(p, 1), 16), 256) }
+
 // globalTopk runs the schedule of GlobalTopk.
 func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkState, opts GlobalTopkOptions, res *GlobalTopkStats) error {
 	exact := st.exactDue(opts.K, c.in.Dim, c.p)
 	if exact {
-		ag, err := c.agree(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model})
+		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, globalTopkSamples(c.p))
 		if err != nil {
 			return err
 		}

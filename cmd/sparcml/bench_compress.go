@@ -10,6 +10,7 @@ import (
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/internal/apihook"
+	"github.com/sparcml/sparcml/internal/simrun"
 )
 
 // benchCompress times `--op compress`: the Compressor's whole reduction
@@ -112,18 +113,9 @@ func (cs *compressCase[T]) row(ctx context.Context, c *sparcml.Comm, cfg *benchC
 	return row, nil
 }
 
-// compressGradient is rank's gradient at a step: multiples of 1/64 in
-// [-16, 16], so that sums over ranks, and residuals over many steps, are
-// exact in float32 in any order, with few ties among the largest.
+// compressGradient is rank's gradient at a step (simrun.CompressGradient).
 func compressGradient[T sparcml.Float](dst []T, seed uint64, step, rank int) {
-	x := seed*0x9E3779B97F4A7C15 ^ uint64(step+1)*0xD1B54A32D192ED03 ^ uint64(rank+1)*0xBF58476D1CE4E5B9
-	for i := range dst {
-		x += 0x9E3779B97F4A7C15
-		z := (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
-		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-		z ^= z >> 31
-		dst[i] = T(int(z%2049)-1024) / 64
-	}
+	simrun.CompressGradient(dst, seed, step, rank)
 }
 
 // residualOf is z's error-feedback residual, which the API does not

@@ -5,8 +5,10 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/internal/simrun"
 )
 
@@ -37,6 +39,9 @@ func simCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	if cfg.memLimit > 0 {
+		debug.SetMemoryLimit(int64(cfg.memLimit * (1 << 30)))
+	}
 	out := newSimReporter(os.Stdout, cfg.format)
 	rows, err := runSim(cfg, out.rows)
 	out.close()
@@ -44,7 +49,7 @@ func simCmd(args []string) error {
 		return err
 	}
 	if cfg.plot != "" {
-		if err := os.WriteFile(cfg.plot, plotSVG(rows), 0o644); err != nil {
+		if err := writePlot(cfg.plot, rows); err != nil {
 			return err
 		}
 	}
@@ -61,7 +66,7 @@ func simCmd(args []string) error {
 // they are known (a long sweep prints as it goes).
 func runSim(cfg *simConfig, emit func([]simResult) error) ([]simResult, error) {
 	densities := cfg.densities
-	if cfg.op != "sparse-allreduce" {
+	if cfg.op == "allreduce" {
 		densities = []float64{0}
 	}
 	var rows []simResult
@@ -82,24 +87,32 @@ func runSim(cfg *simConfig, emit func([]simResult) error) ([]simResult, error) {
 	return rows, nil
 }
 
-// simCase runs every algorithm of one case and marks the best forced one.
+// simCase runs every algorithm (and with --op compress every scope, the
+// global one once) of one case and marks the best forced one.
 func simCase(cfg *simConfig, p, n int, d float64) ([]simResult, error) {
 	machine := cfg.machine
 	machine.Ranks = p
 	var rows []simResult
 	best := -1
-	for _, a := range cfg.algos {
-		c := simrun.Case{Op: cfg.op, N: n, Density: d, Dist: cfg.dist, Algo: a, Quant: cfg.quant, Indices: cfg.indices, Seed: cfg.seed, Model: cfg.model}
-		res, err := simrun.Run(machine, c, cfg.check)
-		if err != nil {
-			return nil, fmt.Errorf("%s %v on %d ranks at n=%d: %w", cfg.op, a, p, n, err)
+	for _, scope := range cfg.scopes {
+		algos := cfg.algos
+		if scope == compress.ScopeGlobal {
+			algos = []collectives.Algo{collectives.AlgoAuto}
 		}
-		row := simRow(cfg, c, machine.Ranks, res)
-		if a != collectives.AlgoAuto && (best < 0 || row.SimTimeUS < rows[best].SimTimeUS) {
-			best = len(rows)
+		for _, a := range algos {
+			c := simrun.Case{Op: cfg.op, N: n, Density: d, Dist: cfg.dist, Algo: a, Quant: cfg.quant, Indices: cfg.indices, Seed: cfg.seed,
+				Model: cfg.model, Scope: scope, Select: cfg.selectM}
+			res, err := simrun.Run(machine, c, cfg.check)
+			if err != nil {
+				return nil, fmt.Errorf("%s %v on %d ranks at n=%d: %w", cfg.op, a, p, n, err)
+			}
+			row := simRow(cfg, c, machine.Ranks, res)
+			if a != collectives.AlgoAuto && scope == compress.ScopeUnion && (best < 0 || row.SimTimeUS < rows[best].SimTimeUS) {
+				best = len(rows)
+			}
+			rows = append(rows, row)
+			runtime.GC() // the next case starts from the memory this one freed
 		}
-		rows = append(rows, row)
-		runtime.GC() // the next case starts from the memory this one freed
 	}
 	if best >= 0 {
 		for i := range rows {
@@ -134,8 +147,17 @@ func simRow(cfg *simConfig, c simrun.Case, p int, res simrun.Result) simResult {
 	if math.IsInf(r.PredictedUS, 0) {
 		r.PredictedUS = 0 // no formula for this case
 	}
-	if c.Op == "sparse-allreduce" {
+	if c.Op != "allreduce" {
 		r.Density = c.Density
+	}
+	if c.Op == "compress" {
+		r.Algo, r.Scope, r.Select, r.Redop = c.Scope.String(), c.Scope.String(), c.Select.String(), "avg"
+		if c.Scope == compress.ScopeUnion && c.Algo != collectives.AlgoAuto {
+			r.Algo = "union:" + c.Algo.String()
+		}
+		r.K, r.Kept, r.NNZOut = res.K, float64(res.Kept), res.Kept
+		r.NNZIn = int(res.Selected / int64(p))
+		r.BoundBytes = int64(6 * float64(res.K) * float64(p-1) / float64(p) * 8)
 	}
 	r.Model = &modelFigures{AlphaUS: cfg.model.Alpha * 1e6, BetaGBps: 1 / cfg.model.Beta / 1e9,
 		GammaGBps: 1 / cfg.model.Gamma / 1e9, SparseGammaGBps: 1 / cfg.model.SparseGammaOrDefault() / 1e9}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/internal/simrun"
 	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/transport/sim"
@@ -28,13 +29,16 @@ type simConfig struct {
 	format    string
 	seed      uint64
 	plot      string
+	memLimit  float64          // GiB: the Go runtime's soft memory limit
+	scopes    []compress.Scope // --op compress
+	selectM   compress.Method
 	machine   sim.Config // Ranks is set per run
 	model     collectives.CostModel
 }
 
 type simFlagValues struct {
-	ranks, sizes, density, algo, quant, indices, topology, compute, calibration string
-	rateGbit, latencyUS, overheadUS, gapUS, shmGBps, shmLatencyUS               float64
+	ranks, sizes, density, algo, quant, indices, topology, compute, calibration, scope, selectMethod string
+	rateGbit, latencyUS, overheadUS, gapUS, shmGBps, shmLatencyUS                                    float64
 }
 
 func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
@@ -43,11 +47,13 @@ func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
 	fs.StringVar(&cfg.op, "op", "allreduce", "operation: "+strings.Join(simrun.OpNames(), "|"))
 	fs.StringVar(&v.sizes, "sizes", "1M", "element counts (float32): MIN:MAX (doubling) or a comma list; K, M, G suffixes (x1024)")
 	fs.StringVar(&v.density, "density", "0.01", "sparse ops: fraction(s) of nonzeros per rank, e.g. 0.01,0.1 or 1%")
+	fs.StringVar(&v.scope, "scope", "union,global", "with --op compress: union (the exact average of every rank's top-k) and/or global (Ok-Topk's global top-k)")
+	fs.StringVar(&v.selectMethod, "select", "exact", "with --op compress: local selection exact|sampled|reuse|random")
 	fs.StringVar(&cfg.dist, "dist", "uniform", "sparse ops: index distribution uniform|powerlaw")
 	fs.StringVar(&v.algo, "algo", "auto", "comma list of algorithms, or all (auto and every forced algorithm of --op that applies to --topology); dense: auto|ring|rabenseifner|recursive-doubling|hierarchical; sparse: auto|ssar-rd|ssar-split|dsar|allgather")
-	fs.StringVar(&v.quant, "quant", "none", "sparse-allreduce value encoding: none|fp16|bf16|q8|q4|q2")
+	fs.StringVar(&v.quant, "quant", "none", "sparse-allreduce and compress value encoding: none|fp16|bf16|q8|q4|q2")
 	fs.StringVar(&v.indices, "indices", "auto", "sparse-allreduce with exact values: indices on the wire auto (the cost model's choice)|raw|packed")
-	fs.BoolVar(&cfg.check, "check", false, "check every rank's result against the sum computed locally from every rank's seeded input")
+	fs.BoolVar(&cfg.check, "check", false, "check every rank's result against the sum computed locally from every rank's seeded input (compress: bench's reference, result and residual)")
 	fs.StringVar(&cfg.format, "format", "table", "output: table|json|csv")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the ranks' inputs")
 	fs.Float64Var(&v.rateGbit, "rate", 10, "NIC rate in Gbit/s, each direction")
@@ -64,7 +70,8 @@ func newSimFlags(cfg *simConfig, v *simFlagValues) *flag.FlagSet {
 	fs.StringVar(&v.compute, "compute", "model", "computation in virtual time: model (bytes over the cost model's kernel rate)|measured (CPU time the kernel took, times --compute-factor)|none")
 	fs.Float64Var(&cfg.machine.Compute.Factor, "compute-factor", 1, "with --compute measured: scale of the measured time")
 	fs.IntVar(&cfg.machine.Cores, "cores", 0, "CPU cores that every rank's computation and send overhead share, first come first served (the one machine of an emulated cluster); 0: a core per rank")
-	fs.StringVar(&cfg.plot, "plot", "", "write an SVG plot of simulated time against ranks to this file")
+	fs.Float64Var(&cfg.memLimit, "memory-limit", 16, "GiB: the garbage collector's soft limit (runtime/debug.SetMemoryLimit; 0: the Go default, GOMEMLIMIT or none); it collects harder as the heap nears it instead of letting it grow to twice the live data")
+	fs.StringVar(&cfg.plot, "plot", "", "draw simulated time against ranks (log-log) to this file: PNG if its name ends in .png, else SVG")
 	fs.SetOutput(io.Discard)
 	return fs
 }
@@ -125,6 +132,9 @@ func parseSimFlags(args []string) (*simConfig, error) {
 	if cfg.algos, err = parseSimAlgos(v.algo, op.Algos(m.Topology)); err != nil {
 		return nil, err
 	}
+	if err := parseSimCompress(cfg, v); err != nil {
+		return nil, err
+	}
 	if m.Compute.Mode, err = sim.ParseComputeMode(v.compute); err != nil {
 		return nil, usagef("--compute: %v", err)
 	}
@@ -146,6 +156,34 @@ func parseSimFlags(args []string) (*simConfig, error) {
 		cfg.model.LocalAlpha, cfg.model.LocalBeta = m.ShmLatency, 1/m.ShmRate
 	}
 	return cfg, nil
+}
+
+// parseSimCompress reads --scope and --select (--op compress); its
+// --check compares exactly, as bench's does, so it needs --quant none.
+func parseSimCompress(cfg *simConfig, v simFlagValues) error {
+	cfg.scopes = []compress.Scope{compress.ScopeUnion}
+	if cfg.op != "compress" {
+		return nil
+	}
+	if cfg.check && cfg.quant != quant.None {
+		return usagef("--op compress --check compares exactly: it needs --quant none")
+	}
+	var err error
+	if cfg.selectM, err = compress.ParseMethod(v.selectMethod); err != nil {
+		return usagef("--select: %v", err)
+	}
+	cfg.scopes = nil
+	for _, name := range strings.Split(v.scope, ",") {
+		s, err := compress.ParseScope(strings.TrimSpace(name))
+		if err != nil {
+			return usagef("--scope: %v", err)
+		}
+		if slices.Contains(cfg.scopes, s) {
+			return usagef("--scope names %v twice", s)
+		}
+		cfg.scopes = append(cfg.scopes, s)
+	}
+	return nil
 }
 
 // parseSimAlgos parses --algo against the op's algorithms on the

@@ -4,26 +4,72 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strings"
+
+	"github.com/sparcml/sparcml/train/plot"
 )
 
-// plotSVG draws simulated time against ranks, log-log, one line per
-// (algorithm, size, density), as an SVG document.
-func plotSVG(rows []simResult) []byte {
-	type key struct {
-		algo string
-		n    int
-		d    float64
+// writePlot draws simulated time against ranks to path: a PNG when its
+// name ends in .png, else an SVG document.
+func writePlot(path string, rows []simResult) error {
+	if !strings.HasSuffix(strings.ToLower(path), ".png") {
+		return os.WriteFile(path, plotSVG(rows), 0o644)
 	}
-	series := map[key][]simResult{}
-	var keys []key
+	p := plot.Panel{Title: "simulated time per call (us)", XLabel: "ranks (P)", LogX: true, LogY: true}
+	keys, series := plotSeries(rows)
+	for _, k := range keys {
+		s := plot.Series{Name: k.label()}
+		for _, r := range series[k] {
+			s.X, s.Y = append(s.X, float64(r.NP)), append(s.Y, r.SimTimeUS)
+		}
+		p.Series = append(p.Series, s)
+	}
+	first := rows[0]
+	title := fmt.Sprintf("sparcml sim --op %s: %s %g Gbit/s, %g us latency, compute %s", first.Op, first.Topology, first.RateGbit,
+		first.LatencyUS, first.Compute)
+	return plot.WriteOne(path, title, p)
+}
+
+// plotKey is one line of a plot: an algorithm (or scope) at a size and
+// density.
+type plotKey struct {
+	algo string
+	n    int
+	d    float64
+}
+
+func (k plotKey) label() string {
+	label := k.algo
+	if k.d > 0 {
+		label += fmt.Sprintf(" %g%%", k.d*100)
+	}
+	return label + fmt.Sprintf(" n=%d", k.n)
+}
+
+// plotSeries groups rows into lines, in order of first appearance, each
+// sorted by ranks.
+func plotSeries(rows []simResult) ([]plotKey, map[plotKey][]simResult) {
+	series := map[plotKey][]simResult{}
+	var keys []plotKey
 	for _, r := range rows {
-		k := key{r.Algo, r.N, r.Density}
+		k := plotKey{r.Algo, r.N, r.Density}
 		if _, ok := series[k]; !ok {
 			keys = append(keys, k)
 		}
 		series[k] = append(series[k], r)
 	}
+	for _, k := range keys {
+		slices.SortFunc(series[k], func(a, b simResult) int { return a.NP - b.NP })
+	}
+	return keys, series
+}
+
+// plotSVG draws simulated time against ranks, log-log, one line per
+// (algorithm, size, density), as an SVG document.
+func plotSVG(rows []simResult) []byte {
+	keys, series := plotSeries(rows)
 	minP, maxP, minT, maxT := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, r := range rows {
 		if r.SimTimeUS <= 0 {
@@ -61,7 +107,6 @@ func plotSVG(rows []simResult) []byte {
 	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
 	for i, k := range keys {
 		pts := series[k]
-		slices.SortFunc(pts, func(a, b simResult) int { return a.NP - b.NP })
 		c := colors[i%len(colors)]
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="`, c)
 		for _, r := range pts {
@@ -70,11 +115,7 @@ func plotSVG(rows []simResult) []byte {
 			}
 		}
 		b.WriteString(`"/>` + "\n")
-		label := k.algo
-		if k.d > 0 {
-			label += fmt.Sprintf(" %g%%", k.d*100)
-		}
-		label += fmt.Sprintf(" n=%d", k.n)
+		label := k.label()
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%d" y="%d">%s</text>`+"\n",
 			w-right+10, top+10+16*i, w-right+30, top+10+16*i, c, w-right+35, top+14+16*i, label)
 	}

@@ -60,7 +60,12 @@ func (s *simReporter) row(r simResult) error {
 				"check", "#wrong")
 		}
 		name := r.AlgoChosen
-		if r.Algo == "auto" {
+		switch {
+		case r.Scope == "global":
+			name = "global"
+		case r.Scope != "":
+			name = "union:" + name
+		case r.Algo == "auto":
 			name = "auto:" + name
 		}
 		fmt.Fprintf(s.w, "%5d %10d %12d %8.4f %20s %12.1f %9.3f %9.3f %12d %12d %12.1f %12d %18s %11.1f %7s %7s\n", r.NP, r.N, r.Bytes,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -75,6 +76,29 @@ func TestSimPlot(t *testing.T) {
 	svg := string(plotSVG(rows))
 	if n := strings.Count(svg, "<polyline"); n != 2 {
 		t.Errorf("%d lines, want 2", n)
+	}
+	path := filepath.Join(t.TempDir(), "p.png")
+	if err := writePlot(path, rows); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("--plot p.png: %v", err)
+	}
+}
+
+// TestSimCompress: --op compress runs both scopes, every result and
+// residual checked against bench's reference, and reports K and the bound.
+func TestSimCompress(t *testing.T) {
+	out := string(runSimCmd(t, "-n", "6", "--op", "compress", "--sizes", "8K", "--check", "--format", "json"))
+	for _, want := range []string{`"scope":"union"`, `"scope":"global"`, `"k":82`, `"bound_bytes_per_rank":3280`, `"check":"ok"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in\n%s", want, out)
+		}
 	}
 }
 

@@ -44,7 +44,9 @@ func (d *denseInstance) Run(op *collectives.Op, rank int) (collectives.Algo, err
 	for i := range v {
 		v[i] = denseValue(d.c.Seed, rank, i)
 	}
-	d.data[rank] = v
+	if d.c.keep {
+		d.data[rank] = v
+	}
 	return collectives.Allreduce(op, v, collectives.Sum, d.c.Algo, d.c.Model)
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/sparcml/sparcml/collectives"
+	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/transport/sim"
 )
@@ -25,8 +26,14 @@ type Case struct {
 	Indices collectives.IndexWire // exact sparse values: how indices travel (IndexAuto: the model's choice)
 	Seed    uint64
 	Model   collectives.CostModel // AlgoAuto's model and the predictions
+	Scope   compress.Scope        // compress: union or global
+	Select  compress.Method       // compress: the local selection
 
 	topo *collectives.Topology // the simulated hosts (set by Run)
+	// keep holds every rank's result until the check (set by Run when
+	// checking): otherwise a rank's result is dropped when it returns,
+	// so that P results of n entries are not all held at the end.
+	keep bool
 }
 
 // Op is a collective `sparcml sim` can run.
@@ -55,6 +62,7 @@ type Instance interface {
 var Ops = map[string]Op{
 	"allreduce":        denseAllreduce{},
 	"sparse-allreduce": sparseAllreduce{},
+	"compress":         compressReduce{},
 }
 
 // OpNames lists Ops in order.
@@ -80,6 +88,10 @@ type Result struct {
 	Errors       []error // per rank, nil entries when fine
 	WallSeconds  float64
 	MaxBytesSent int64
+	// Compress: K, the entries selected over every rank and the entries
+	// of the result (zero for the other ops).
+	K, Kept  int
+	Selected int64
 }
 
 // Run simulates c on the machine cfg. The check runs when check is set.
@@ -107,7 +119,7 @@ func Run(cfg sim.Config, c Case, check bool) (Result, error) {
 		}
 		topo = &collectives.Topology{Hosts: hosts}
 	}
-	c.topo = topo
+	c.topo, c.keep = topo, check
 	inst, err := op.Prepare(c, cfg.Ranks)
 	if err != nil {
 		return Result{}, err
@@ -153,6 +165,9 @@ func Run(cfg sim.Config, c Case, check bool) (Result, error) {
 	res.Algo = algos[0]
 	res.Busiest = w.Busiest()
 	res.Predicted, res.PredictedB = inst.Predict(res.Algo)
+	if z, ok := inst.(*compressInstance); ok {
+		res.K, res.Selected, res.Kept = z.Compressed()
+	}
 	if check {
 		res.Wrong = inst.Wrong()
 	}

@@ -49,6 +49,9 @@ func (s *sparseInstance) Run(op *collectives.Op, rank int) (collectives.Algo, er
 	s.outs[rank] = &sparse.Vector[float32]{}
 	st, err := collectives.SparseAllreduce(op, s.inputs[rank], s.outs[rank], s.opts())
 	s.stats[rank] = st
+	if !s.c.keep {
+		s.outs[rank] = nil
+	}
 	return st.Algo, err
 }
 

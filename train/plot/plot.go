@@ -1,6 +1,6 @@
-// Package plot draws the convergence of training runs to a PNG: test
-// accuracy and loss against epochs and against wall time, one line per
-// run. It uses the standard library's image and PNG encoder and the
+// Package plot draws line charts to a PNG: the convergence of training
+// runs (test accuracy and loss against epochs and against wall time, one
+// line per run) and `sparcml sim`'s time against ranks on log axes. It uses the standard library's image and PNG encoder and the
 // fixed 7x13 font of golang.org/x/image; a plotting library such as
 // gonum's would bring fonts, PDF and LaTeX packages into the module of
 // a communication library for four line charts.
@@ -28,16 +28,19 @@ type Series struct {
 	X, Y []float64
 }
 
-// Panel is one chart.
+// Panel is one chart. LogX and LogY draw an axis in powers of two (x)
+// or ten (y); points at or below zero are then left out.
 type Panel struct {
 	Title, XLabel string
 	Series        []Series
+	LogX, LogY    bool
 }
 
 // palette is distinguishable in colour and in grey.
 var palette = []color.RGBA{
 	{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {255, 127, 14, 255},
 	{148, 103, 189, 255}, {23, 190, 207, 255}, {140, 86, 75, 255}, {0, 0, 0, 255},
+	{188, 189, 34, 255}, {227, 119, 194, 255}, {127, 127, 127, 255}, {0, 0, 128, 255},
 }
 
 // Training draws results to a PNG at path: test accuracy and test loss
@@ -66,8 +69,10 @@ func Training(path, title string, results []*train.Result) error {
 }
 
 const (
-	width, height = 1200, 900
-	top           = 60 // title and legend
+	width, height = 1200, 900 // a 2x2 grid
+	top           = 60        // title and one row of legend
+	// One panel alone (WriteOne).
+	oneWidth, oneHeight = 1000, 640
 )
 
 // Write draws panels in a 2x2 grid with a title and a legend.
@@ -75,20 +80,46 @@ func Write(path, title string, panels []Panel) error {
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	text(img, 20, 22, title, color.Black)
+	below := top
 	if len(panels) > 0 {
-		x := 20
-		for i, s := range panels[0].Series {
-			c := palette[i%len(palette)]
-			fill(img, image.Rect(x, 38, x+24, 42), c)
-			text(img, x+30, 45, s.Name, color.Black)
-			x += 40 + 7*len(s.Name)
-		}
+		below = max(top, legend(img, panels[0].Series))
 	}
-	pw, ph := width/2, (height-top)/2
+	pw, ph := width/2, (height-below)/2
 	for i, p := range panels {
-		r := image.Rect((i%2)*pw, top+(i/2)*ph, (i%2+1)*pw, top+(i/2+1)*ph)
+		r := image.Rect((i%2)*pw, below+(i/2)*ph, (i%2+1)*pw, below+(i/2+1)*ph)
 		drawPanel(img, r, p)
 	}
+	return save(path, img)
+}
+
+// WriteOne draws one panel with a title and a legend.
+func WriteOne(path, title string, p Panel) error {
+	img := image.NewRGBA(image.Rect(0, 0, oneWidth, oneHeight))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	text(img, 20, 22, title, color.Black)
+	below := max(top, legend(img, p.Series))
+	drawPanel(img, image.Rect(0, below, oneWidth, oneHeight), p)
+	return save(path, img)
+}
+
+// legend draws the series' names and colours in rows under the title and
+// returns the y below them.
+func legend(img *image.RGBA, series []Series) int {
+	x, y := 20, 38
+	for i, s := range series {
+		w := 40 + 7*len(s.Name)
+		if x+w > img.Bounds().Dx()-10 && x > 20 {
+			x, y = 20, y+18
+		}
+		c := palette[i%len(palette)]
+		fill(img, image.Rect(x, y, x+24, y+4), c)
+		text(img, x+30, y+7, s.Name, color.Black)
+		x += w
+	}
+	return y + 22
+}
+
+func save(path string, img image.Image) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -100,16 +131,64 @@ func Write(path, title string, panels []Panel) error {
 	return f.Close()
 }
 
+// axis maps a panel's values to plotted ones (log2, log10 or as they are)
+// and labels ticks with the values they stand for.
+type axis struct {
+	log  bool
+	base float64
+}
+
+func (a axis) to(v float64) float64 {
+	if !a.log {
+		return v
+	}
+	if v <= 0 {
+		return math.NaN()
+	}
+	return math.Log(v) / math.Log(a.base)
+}
+
+// ticks are round values over [lo, hi] (plotted units): every integer
+// exponent on a log axis.
+func (a axis) ticks(lo, hi float64) ([]float64, float64, float64) {
+	if !a.log {
+		return ticks(lo, hi)
+	}
+	lo, hi = math.Floor(lo), math.Ceil(hi)
+	if hi <= lo {
+		hi = lo + 1
+	}
+	var t []float64
+	for e := lo; e <= hi; e++ {
+		t = append(t, e)
+		if a.base == 10 && hi-lo <= 2 && e < hi { // 2 and 5 between the powers of a short axis
+			t = append(t, e+math.Log10(2), e+math.Log10(5))
+		}
+	}
+	return t, lo, hi
+}
+
+func (a axis) label(t float64) string {
+	if !a.log {
+		return label(t)
+	}
+	return label(math.Pow(a.base, t))
+}
+
 func drawPanel(img *image.RGBA, r image.Rectangle, p Panel) {
 	area := image.Rect(r.Min.X+70, r.Min.Y+25, r.Max.X-20, r.Max.Y-45)
+	ax, ay := axis{p.LogX, 2}, axis{p.LogY, 10}
+	series := make([]Series, len(p.Series))
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
-	for _, s := range p.Series {
-		for i := range s.X {
-			if math.IsNaN(s.Y[i]) || math.IsInf(s.Y[i], 0) {
+	for i, s := range p.Series {
+		for j := range s.X {
+			x, y := ax.to(s.X[j]), ay.to(s.Y[j])
+			if math.IsNaN(x) || math.IsNaN(y) || math.IsInf(x, 0) || math.IsInf(y, 0) {
 				continue
 			}
-			xmin, xmax = math.Min(xmin, s.X[i]), math.Max(xmax, s.X[i])
-			ymin, ymax = math.Min(ymin, s.Y[i]), math.Max(ymax, s.Y[i])
+			series[i].X, series[i].Y = append(series[i].X, x), append(series[i].Y, y)
+			xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
+			ymin, ymax = math.Min(ymin, y), math.Max(ymax, y)
 		}
 	}
 	text(img, area.Min.X, r.Min.Y+15, p.Title, color.Black)
@@ -117,25 +196,25 @@ func drawPanel(img *image.RGBA, r image.Rectangle, p Panel) {
 	if xmin > xmax {
 		return
 	}
-	xt, xmin, xmax := ticks(xmin, xmax)
-	yt, ymin, ymax := ticks(ymin, ymax)
+	xt, xmin, xmax := ax.ticks(xmin, xmax)
+	yt, ymin, ymax := ay.ticks(ymin, ymax)
 	px := func(x float64) int { return area.Min.X + int((x-xmin)/(xmax-xmin)*float64(area.Dx())) }
 	py := func(y float64) int { return area.Max.Y - int((y-ymin)/(ymax-ymin)*float64(area.Dy())) }
 	grid := color.RGBA{225, 225, 225, 255}
 	for _, t := range xt {
 		x := px(t)
 		fill(img, image.Rect(x, area.Min.Y, x+1, area.Max.Y), grid)
-		s := label(t)
+		s := ax.label(t)
 		text(img, x-7*len(s)/2, area.Max.Y+16, s, color.Black)
 	}
 	for _, t := range yt {
 		y := py(t)
 		fill(img, image.Rect(area.Min.X, y, area.Max.X, y+1), grid)
-		s := label(t)
+		s := ay.label(t)
 		text(img, area.Min.X-8-7*len(s), y+4, s, color.Black)
 	}
 	box(img, area, color.Black)
-	for i, s := range p.Series {
+	for i, s := range series {
 		c := palette[i%len(palette)]
 		for j := range s.X {
 			x, y := px(s.X[j]), py(s.Y[j])

@@ -44,3 +44,24 @@ func TestWrite(t *testing.T) {
 		}
 	}
 }
+
+// WriteOne draws log axes; points at or below zero are left out.
+func TestWriteOneLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "one.png")
+	s := Series{Name: "ring", X: []float64{8, 64, 1024}, Y: []float64{150, 0, 9000}}
+	if err := WriteOne(path, "title", Panel{Title: "t", XLabel: "P", Series: []Series{s}, LogX: true, LogY: true}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != oneWidth || b.Dy() != oneHeight {
+		t.Fatalf("size %v", b)
+	}
+}

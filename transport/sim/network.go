@@ -125,12 +125,10 @@ func (n *network) resetCounters() {
 	}
 }
 
-// message is one send on its way.
+// message is one send on its way through the links.
 type message struct {
-	t       *Transport // the sender
-	dst     int
 	path    []hop
-	data    []byte
+	size    int    // payload bytes
 	done    func() // completes the send
 	prevEnd float64
 	deliver func(at float64)
@@ -144,7 +142,7 @@ func (w *World) cross(m *message, i int, head float64) {
 	h := m.path[i]
 	l := &w.net.links[h.link]
 	start := max(head, l.free)
-	busy := float64(len(m.data)) * l.perB
+	busy := float64(m.size) * l.perB
 	end := max(start+busy, m.prevEnd+h.lat)
 	// The link is busy for its own serialisation only: behind a slower
 	// link the message trickles through, and the link carries other
@@ -154,7 +152,7 @@ func (w *World) cross(m *message, i int, head float64) {
 		l.free = max(l.free, start+w.cfg.Gap)
 		w.at(end, m.done)
 	}
-	l.bytes += int64(len(m.data))
+	l.bytes += int64(m.size)
 	m.prevEnd = end
 	if i+1 < len(m.path) {
 		next := start + m.path[i+1].lat

@@ -63,8 +63,14 @@ func (t *Transport) checkPeer(peer int) error {
 	return nil
 }
 
-// Send implements transport.Transport. The payload is copied at once; the
-// request completes when its last byte has left the sender's first link.
+// Send implements transport.Transport. The payload is not copied at the
+// send: the sender may not touch its buffers before the send completes,
+// so the message refers to them until its last byte has left the
+// sender's first link, and is then copied once, straight into the posted
+// receive when there is one (its header has reached the receiver's
+// matcher, as a stream transport's does before the payload), else into
+// an unexpected-message buffer. The receive completes when the last byte
+// arrives. Nothing is held per message in flight beyond that one copy.
 func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs ...[]byte) *transport.Request {
 	w := t.w
 	w.enter()
@@ -79,35 +85,69 @@ func (t *Transport) Send(peer int, tag transport.Tag, desc transport.Desc, bufs 
 	for _, b := range bufs {
 		n += len(b)
 	}
-	data := transport.GetBuf(n)[:0] // back to the pool once delivered (arrive)
-	for _, b := range bufs {
-		data = append(data, b...)
-	}
 	req := w.newRequest(peer, tag, true)
 	t.stats.BytesSent += uint64(n)
 	t.stats.MsgsSent++
-	m := &message{t: t, dst: peer, path: w.net.path(t.rank, peer), data: data, prevEnd: w.now}
-	m.done = func() { req.Complete(nil, nil) }
-	m.deliver = func(at float64) {
-		w.at(at+w.cfg.Overhead, func() { w.ranks[peer].arrive(t.rank, tag, desc, data) })
+	d := &delivery{src: t, dst: w.ranks[peer], tag: tag, desc: desc, bufs: bufs, n: n}
+	m := &message{path: w.net.path(t.rank, peer), size: n, prevEnd: w.now}
+	m.done = func() {
+		d.claim()
+		req.Complete(nil, nil)
 	}
+	m.deliver = func(at float64) { w.at(at+w.cfg.Overhead, d.arrive) }
 	w.cross(m, 0, w.now)
 	return req
 }
 
-// arrive hands a message to the receiver's matcher.
-func (t *Transport) arrive(src int, tag transport.Tag, desc transport.Desc, data []byte) {
-	defer transport.PutBuf(data)
-	c, err := t.m.TryClaim(src, tag, desc, len(data))
+// delivery is a message's payload on its way from src to dst.
+type delivery struct {
+	src, dst *Transport
+	tag      transport.Tag
+	desc     transport.Desc
+	bufs     [][]byte // the sender's, until claim
+	n        int
+	claimed  bool
+	lost     bool
+	c        transport.Claimed
+}
+
+// claim copies the payload out of the sender's buffers to where the
+// receiver's matcher puts it; a message whose sender or receiver has
+// failed or closed by then is lost with it.
+func (d *delivery) claim() {
+	if d.claimed {
+		return
+	}
+	d.claimed = true
+	bufs := d.bufs
+	d.bufs = nil
+	if d.src.err != nil {
+		d.lost = true
+		return
+	}
+	c, err := d.dst.m.TryClaim(d.src.rank, d.tag, d.desc, d.n)
 	if err != nil {
-		return // this rank failed or closed: the message is lost with it
+		d.lost = true
+		return
 	}
 	if dst := c.Dst(); dst != nil {
-		copy(dst, data)
+		off := 0
+		for _, b := range bufs {
+			off += copy(dst[off:], b)
+		}
 	}
-	t.stats.BytesRecv += uint64(len(data))
-	t.stats.MsgsRecv++
-	c.Finish()
+	d.c = c
+}
+
+// arrive completes the message at the receiver: its last byte is in.
+func (d *delivery) arrive() {
+	d.claim() // the send completed first unless the event order says otherwise
+	if d.lost {
+		return
+	}
+	d.dst.stats.BytesRecv += uint64(d.n)
+	d.dst.stats.MsgsRecv++
+	d.c.Finish()
 }
 
 // Recv implements transport.Transport.
