@@ -55,7 +55,7 @@ func TestAutoChoiceAt256(t *testing.T) {
 }
 
 // autoSlack is how much slower than the fastest forced algorithm auto's
-// choice may be (issue 30: within 1.1x).
+// choice may be: within 1.1x.
 const autoSlack = 1.1
 
 // forcedAlgos are the forced algorithms of op on a flat network, and
