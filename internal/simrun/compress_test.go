@@ -22,8 +22,9 @@ func TestCompressScopes(t *testing.T) {
 }
 
 // TestGlobalTopkBeatsUnionAt256 runs both scopes side by side: at 256
-// ranks and 10 Gbit/s, 1% of 256K entries, the global top-k reduction (selection included) sends at least 5x fewer
-// bytes per rank than the union sum and takes no longer in virtual time.
+// ranks and 10 Gbit/s, 1% of 256K entries, the global top-k reduction
+// (selection included) sends at least 5x fewer bytes per rank than the
+// union sum and takes no longer in virtual time.
 // Both results are checked against bench's reference.
 func TestGlobalTopkBeatsUnionAt256(t *testing.T) {
 	if testing.Short() {
