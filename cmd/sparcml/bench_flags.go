@@ -439,17 +439,26 @@ func parseCompressFlags(cfg *benchConfig, v benchFlagValues, set map[string]bool
 	if cfg.selectMethod, err = compress.ParseMethod(v.selectMethod); err != nil {
 		return usagef("--select: %v", err)
 	}
-	cfg.scopes = nil
-	for _, name := range strings.Split(v.scope, ",") {
-		s, err := compress.ParseScope(strings.TrimSpace(name))
-		if err != nil {
-			return usagef("--scope: %v", err)
-		}
-		if slices.Contains(cfg.scopes, s) {
-			return usagef("--scope names %v twice", s)
-		}
-		cfg.scopes = append(cfg.scopes, s)
+	if cfg.scopes, err = parseScopes(v.scope); err != nil {
+		return err
 	}
 	cfg.redop = sparcml.Avg
 	return nil
+}
+
+// parseScopes reads --scope: a comma list of compression scopes, each
+// named once, that bench and sim take in turns.
+func parseScopes(list string) ([]compress.Scope, error) {
+	var scopes []compress.Scope
+	for _, name := range strings.Split(list, ",") {
+		s, err := compress.ParseScope(strings.TrimSpace(name))
+		if err != nil {
+			return nil, usagef("--scope: %v", err)
+		}
+		if slices.Contains(scopes, s) {
+			return nil, usagef("--scope names %v twice", s)
+		}
+		scopes = append(scopes, s)
+	}
+	return scopes, nil
 }

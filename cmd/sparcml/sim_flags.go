@@ -172,16 +172,8 @@ func parseSimCompress(cfg *simConfig, v simFlagValues) error {
 	if cfg.selectM, err = compress.ParseMethod(v.selectMethod); err != nil {
 		return usagef("--select: %v", err)
 	}
-	cfg.scopes = nil
-	for _, name := range strings.Split(v.scope, ",") {
-		s, err := compress.ParseScope(strings.TrimSpace(name))
-		if err != nil {
-			return usagef("--scope: %v", err)
-		}
-		if slices.Contains(cfg.scopes, s) {
-			return usagef("--scope names %v twice", s)
-		}
-		cfg.scopes = append(cfg.scopes, s)
+	if cfg.scopes, err = parseScopes(v.scope); err != nil {
+		return err
 	}
 	return nil
 }
