@@ -37,7 +37,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		ctx, cancel = context.WithTimeout(ctx, initTimeout)
 		defer cancel()
 	}
-	job, err := startup.Join(ctx, o.Options, s, initTimeout, newLogger(o, s))
+	job, err := startup.Join(ctx, o.Options, s, startup.Process{Getenv: os.Getenv, Environ: os.Environ()}, initTimeout, newLogger(o, s))
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -58,19 +57,28 @@ func InitTimeout(ctx context.Context, o Options, s *config.Settings) time.Durati
 	return s.InitTimeout
 }
 
+// Process is what Join reads of the process's environment, given by the
+// public API so that no package below it reads the environment itself:
+// Getenv for the launchers' variables, Environ (NAME=value) to warn of
+// SPARCML_* names that config does not declare.
+type Process struct {
+	Getenv  func(string) string
+	Environ []string
+}
+
 // Join resolves this rank's environment, meets the other ranks through
 // rank 0's store, learns their hosts and connects the transports.
 // initTimeout (InitTimeout) is only named in errors: ctx is already
 // bounded by it.
-func Join(ctx context.Context, o Options, s *config.Settings, initTimeout time.Duration, log *logging.Logger) (*Job, error) {
-	env, err := ResolveEnv(o, s)
+func Join(ctx context.Context, o Options, s *config.Settings, p Process, initTimeout time.Duration, log *logging.Logger) (*Job, error) {
+	env, err := ResolveEnv(o, s, p.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	log = log.WithRank(env.Rank)
 	if env.Rank == 0 {
 		logSettings(log, s)
-		for _, w := range config.Unknown(os.Environ()) {
+		for _, w := range config.Unknown(p.Environ) {
 			log.Warnf(logging.Env, "%s", w)
 		}
 	}
@@ -118,11 +126,12 @@ const launcherNone = "none"
 
 const noLauncherHint = "start it with sparcml run, torchrun, mpirun or srun to join a job"
 
-// ResolveEnv merges the launcher's environment with explicit options.
-func ResolveEnv(o Options, s *config.Settings) (bootstrap.Env, error) {
+// ResolveEnv merges the launcher's environment, read through getenv,
+// with explicit options.
+func ResolveEnv(o Options, s *config.Settings, getenv func(string) string) (bootstrap.Env, error) {
 	own := bootstrap.Settings{Rank: s.Rank, Size: s.Size, Addr: s.Addr, Token: s.Token,
 		Port: s.Port, IfName: s.IfName, Timeout: s.Timeout}
-	env, envErr := bootstrap.FromEnv(own, os.Getenv)
+	env, envErr := bootstrap.FromEnv(own, getenv)
 	switch {
 	case o.Rank >= 0 || o.Size >= 0:
 		if envErr != nil {
