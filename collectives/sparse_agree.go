@@ -31,17 +31,23 @@ const (
 )
 
 // spSampleCount is how many index samples a rank of nnz entries sends for
-// balanced ranges: 16 per range, at least 32 and at most 256, so the
-// boundaries land within about 1/16 of a range's share of the nonzeros;
-// and at most one per spSampleEntries entries, so that a small input's
-// samples do not cost more than its entries. The exchange allgathers
-// every rank's samples: at 256 each, the simulated exchange of 64 ranks
-// at 0.1% of 256K took 80 us against ssar-split's 105 (`sparcml sim -n
-// 64 --op sparse-allreduce --sizes 256K --density 0.001 --algo
-// auto,ssar-split`, docs/SIMULATION.md).
+// balanced ranges: 16 per range of its own, at least 32; at most 256; at
+// most one per spSampleEntries entries, so that a small input's samples do
+// not cost more than its entries; and at most spSamplesPooled/p (at least
+// 16), so that all ranks' samples together, which every rank receives,
+// stay about 16 per range in all (4096) however large P grows: at 256
+// ranks 256 samples a rank were 275 KB received by every rank, 263 us of
+// auto's 1740 at 1% of 256K on 10 Gbit/s, where forced ssar-split took
+// 1477 (`sparcml sim -n 256 --op sparse-allreduce --sizes 256K --density
+// 0.01 --indices raw --algo all`, docs/SIMULATION.md, "Auto against the
+// best forced algorithm").
 func spSampleCount(p, nnz int) int {
-	return min(max(16*p, 32), 256, (nnz+spSampleEntries-1)/spSampleEntries)
+	return min(max(16*p, 32), 256, max(spSamplesPooled/max(p, 1), 16), (nnz+spSampleEntries-1)/spSampleEntries)
 }
+
+// spSamplesPooled is the samples of all ranks together that
+// spSampleCount aims at from 16 ranks up: 16 per range at 256 ranks.
+const spSamplesPooled = 4096
 
 // spSampleEntries is the fewest entries a sample stands for.
 const spSampleEntries = 8
@@ -80,14 +86,19 @@ func (a *spAgreement) total() int64 {
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	// Samples always: balanced ranges need them, and AlgoAuto runs
 	// ssar-split on balanced ranges (splitBounds).
-	return c.agreeSampled(opts, spSampleCount(c.p, c.in.NNZ()))
+	return c.agreeSampled(opts, spSampleCount(c.p, c.in.NNZ()), spDirectAgree(opts.Model, c.p))
 }
 
-// agreeSampled is agree with q index samples per rank.
-func (c *spCall[T]) agreeSampled(opts SparseOptions, q int) (*spAgreement, error) {
+// agreeSampled is agree with q index samples per rank, exchanged in one
+// round (direct, spAllgatherDirect) or in Bruck's ceil(log2 P).
+func (c *spCall[T]) agreeSampled(opts SparseOptions, q int, direct bool) (*spAgreement, error) {
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
 	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q))
-	blobs, err := spAllgatherBlobs(c.op, &c.sc, spStepAgree, mine, spRecordSize)
+	gather := spAllgatherBlobs
+	if direct {
+		gather = spAllgatherDirect
+	}
+	blobs, err := gather(c.op, &c.sc, spStepAgree, mine, spRecordSize)
 	if err != nil {
 		return nil, err
 	}
@@ -105,15 +116,91 @@ func (c *spCall[T]) agreeSampled(opts SparseOptions, q int) (*spAgreement, error
 		ag.nnz[r], ag.samples[r] = rec.nnz, rec.samples
 		sizes[r] = int64(len(b))
 	}
-	ag.bytesSent, _ = spBruckBytesSent(sizes)
+	ag.bytesSent, _ = spAgreeBytesSent(sizes, direct)
 	pl := newSpPlan(opts.Model, c.p)
 	fsizes := make([]float64, c.p)
 	for r, n := range sizes {
 		fsizes[r] = float64(n)
 	}
-	pl.bruck(fsizes, nil, nil, 0)
+	if direct {
+		pl.direct(fsizes)
+	} else {
+		pl.bruck(fsizes, nil, nil, 0)
+	}
 	ag.seconds = pl.seconds
 	return ag, nil
+}
+
+// spDirectAgree says whether the counts exchange of AlgoAuto and
+// Balanced goes in one round, every rank posting its record to every
+// other at once (spAllgatherDirect), rather than in Bruck's ceil(log2 P)
+// rounds one after the other: when the model knows the part of Alpha
+// that messages posted together overlap (CostModel.Latency) and one
+// round of P-1 messages is predicted cheaper than ceil(log2 P) of one.
+// The records are the same bytes either way. It depends on the model and
+// P alone, so every rank exchanges the same way. Without Latency (a
+// calibration, DefaultCostModel) every message costs a full Alpha and the
+// exchange stays Bruck's. In simulated time, at 8 ranks and 0.1% of 256K
+// the exchange's three rounds were 15 us of auto's 62 where forced
+// ssar-split took 46 (docs/SIMULATION.md, "Auto against the best forced
+// algorithm").
+func spDirectAgree(m CostModel, p int) bool {
+	if m == (CostModel{}) {
+		m = DefaultCostModel
+	}
+	return m.latency()+float64(p-1)*m.perMessage() < float64(ceilLog2(p))*m.Alpha
+}
+
+// spAgreeBytesSent is the payload each rank sends and its message count
+// in the exchange of records of the given sizes, direct or Bruck's.
+func spAgreeBytesSent(size []int64, direct bool) (bytes []int64, msgs []int) {
+	if !direct {
+		return spBruckBytesSent(size)
+	}
+	p := len(size)
+	bytes, msgs = make([]int64, p), make([]int, p)
+	for r, n := range size {
+		bytes[r], msgs[r] = int64(p-1)*n, p-1
+	}
+	return bytes, msgs
+}
+
+// spAllgatherDirect gives every rank every rank's blob in one round: each
+// rank posts a receive from every other rank and sends its blob to every
+// other rank, all at once, and waits for them all (P-1 messages each way,
+// one latency; spAllgatherBlobs forwards in ceil(log2 P) rounds instead).
+// A message is one blob, whose size sizeOf reads from its header. The
+// blobs returned alias the received messages, kept in sc until the call
+// ends; blobs[Rank()] is mine.
+func spAllgatherDirect(op *Op, sc *spScratch, step uint32, mine []byte, sizeOf func([]byte) (int, error)) ([][]byte, error) {
+	p, rank := op.Size(), op.Rank()
+	recvs := make([]*transport.Request, p)
+	for i := 1; i < p; i++ {
+		from := (rank + i) % p
+		recvs[from] = op.Recv(from, step, sc.getRecv(len(mine)))
+	}
+	sends := make([]*transport.Request, 0, p-1)
+	for i := 1; i < p; i++ {
+		sends = append(sends, op.Send((rank-i+p)%p, step, mine))
+	}
+	blobs := make([][]byte, p)
+	blobs[rank] = mine
+	for i := 1; i < p; i++ {
+		from := (rank + i) % p
+		msg, err := op.WaitData(recvs[from])
+		if err != nil {
+			return nil, err
+		}
+		sc.keep(msg)
+		if n, err := sizeOf(msg); err != nil || n != len(msg) {
+			return nil, op.Fail(errSparseProtocol(op.commRank(from), "record of %d bytes: %v", len(msg), err))
+		}
+		blobs[from] = msg
+	}
+	if err := op.Wait(sends...); err != nil {
+		return nil, err
+	}
+	return blobs, nil
 }
 
 // spSampleIndices returns q indices of v's support at evenly spaced ranks

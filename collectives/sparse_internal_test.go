@@ -275,3 +275,27 @@ func TestBalancedBoundsWeighSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectAgree: the counts exchange goes in one round only where the
+// model knows the latency that messages posted together overlap; with a
+// full Alpha per message (DefaultCostModel, a calibration) it stays
+// Bruck's at every P.
+func TestDirectAgree(t *testing.T) {
+	sim := CostModel{Alpha: 5e-6, Beta: 1 / 1.25e9, Gamma: 1 / 4e9, Latency: 5e-6}
+	withOverhead := sim
+	withOverhead.Alpha = 7e-6 // L = 5 us, 2o = 2 us
+	for _, tc := range []struct {
+		m    CostModel
+		p    int
+		want bool
+	}{
+		{DefaultCostModel, 2, false}, {DefaultCostModel, 8, false}, {DefaultCostModel, 1024, false},
+		{CostModel{}, 64, false},
+		{sim, 2, false}, {sim, 3, true}, {sim, 1024, true},
+		{withOverhead, 8, true}, {withOverhead, 16, false},
+	} {
+		if got := spDirectAgree(tc.m, tc.p); got != tc.want {
+			t.Errorf("model %+v, P = %d: direct %v, want %v", tc.m, tc.p, got, tc.want)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 //
 // Passed back in SparseOptions.Plan to a later call with the same
 // dimension, value type and options, it runs that call on the same
-// decisions without the exchange, saving its ceil(log2 P) message rounds,
+// decisions without the exchange, saving its message rounds,
 // the synchronisation of every rank they amount to, and the model's
 // choice, which weigh most on short operations (docs/PERFORMANCE.md,
 // "Auto against the best forced algorithm": sparcml bench --algo
