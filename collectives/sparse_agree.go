@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sort"
 
 	"github.com/sparcml/sparcml/internal/keyheap"
 	"github.com/sparcml/sparcml/sparse"
@@ -31,23 +32,22 @@ const (
 )
 
 // spSampleCount is how many index samples a rank of nnz entries sends for
-// balanced ranges: 16 per range of its own, at least 32; at most 256; at
-// most one per spSampleEntries entries, so that a small input's samples do
-// not cost more than its entries; and at most spSamplesPooled/p (at least
-// 16), so that all ranks' samples together, which every rank receives,
-// stay about 16 per range in all (4096) however large P grows: at 256
-// ranks 256 samples a rank were 275 KB received by every rank, 263 us of
-// auto's 1740 at 1% of 256K on 10 Gbit/s, where forced ssar-split took
-// 1477 (`sparcml sim -n 256 --op sparse-allreduce --sizes 256K --density
-// 0.01 --indices raw --algo all`, docs/SIMULATION.md, "Auto against the
-// best forced algorithm").
+// balanced ranges: 16 per range of its own, at least 32 and at most
+// spMaxSamples, and at most one per spSampleEntries entries, so that a
+// small input's samples do not cost more than its entries. Every rank
+// receives every rank's samples: at 256 ranks, 256 samples a rank were
+// 275 KB received by each, 263 us of auto's 1740 at 1% of 256K on 10
+// Gbit/s, where forced ssar-split took 1477 (`sparcml sim -n 256 --op
+// sparse-allreduce --sizes 256K --density 0.01 --indices raw --algo
+// all`, docs/SIMULATION.md, "Auto against the best forced algorithm").
 func spSampleCount(p, nnz int) int {
-	return min(max(16*p, 32), 256, max(spSamplesPooled/max(p, 1), 16), (nnz+spSampleEntries-1)/spSampleEntries)
+	return min(max(16*p, 32), spMaxSamples, (nnz+spSampleEntries-1)/spSampleEntries)
 }
 
-// spSamplesPooled is the samples of all ranks together that
-// spSampleCount aims at from 16 ranks up: 16 per range at 256 ranks.
-const spSamplesPooled = 4096
+// spMaxSamples bounds a rank's samples: enough that a skew of the equal
+// ranges stands out of the samples' noise (equalRangesSkewed) at 1.25x
+// the mean share at 256 ranks and 1.4x at 1024.
+const spMaxSamples = 128
 
 // spSampleEntries is the fewest entries a sample stands for.
 const spSampleEntries = 8
@@ -86,14 +86,36 @@ func (a *spAgreement) total() int64 {
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	// Samples always: balanced ranges need them, and AlgoAuto runs
 	// ssar-split on balanced ranges (splitBounds).
-	return c.agreeSampled(opts, spSampleCount(c.p, c.in.NNZ()), spDirectAgree(opts.Model, c.p))
+	return c.agreeSampled(opts, spExchange{q: spSampleCount(c.p, c.in.NNZ()), direct: spDirectAgree(opts.Model, c.p), stagger: true})
 }
 
-// agreeSampled is agree with q index samples per rank, exchanged in one
-// round (direct, spAllgatherDirect) or in Bruck's ceil(log2 P).
-func (c *spCall[T]) agreeSampled(opts SparseOptions, q int, direct bool) (*spAgreement, error) {
+// spExchange is how a counts exchange runs: q index samples per rank, at
+// the midpoints of q equal slices of its support or staggered by rank
+// (rank r of P at (r+1/2)/P of each slice), sent in one round (direct,
+// spAllgatherDirect) or in Bruck's ceil(log2 P).
+//
+// Staggered, the ranks' samples interleave: on supports drawn alike,
+// which midpoints sample at the same q quantiles on every rank, all P q
+// of them sample P q distinct quantiles, as one rank's P q samples
+// would. With midpoints and q below P (32 a rank at 128 ranks) the
+// pooled samples bunch at q places a few ranges apart, and balanced
+// ranges built on them made ssar-split 1.5x slower at 1% of 256K on 10
+// Gbit/s (`sparcml sim -n 128 --op sparse-allreduce --sizes 256K
+// --density 0.01 --indices raw --algo auto,ssar-split`).
+type spExchange struct {
+	q               int
+	direct, stagger bool
+}
+
+// agreeSampled is agree with the exchange x.
+func (c *spCall[T]) agreeSampled(opts SparseOptions, x spExchange) (*spAgreement, error) {
+	q, direct := x.q, x.direct
+	num, den := uint64(1), uint64(2) // midpoints
+	if x.stagger {
+		num, den = uint64(2*c.rank+1), uint64(2*c.p)
+	}
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
-	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q))
+	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q, num, den))
 	gather := spAllgatherBlobs
 	if direct {
 		gather = spAllgatherDirect
@@ -203,16 +225,18 @@ func spAllgatherDirect(op *Op, sc *spScratch, step uint32, mine []byte, sizeOf f
 	return blobs, nil
 }
 
-// spSampleIndices returns q indices of v's support at evenly spaced ranks
-// (the midpoints of q equal slices), or none when v stores nothing.
-func spSampleIndices[T Float](v *sparse.Vector[T], q int) []uint32 {
+// spSampleIndices returns q indices of v's support at evenly spaced ranks,
+// at num/den (below 1) of each of q equal slices (1/2: their midpoints), or
+// none when v stores nothing.
+func spSampleIndices[T Float](v *sparse.Vector[T], q int, num, den uint64) []uint32 {
 	k := v.NNZ()
 	if q == 0 || k == 0 {
 		return nil
 	}
 	s := make([]uint32, q)
 	for j := range s {
-		pos := (uint64(2*j+1) * uint64(k)) / uint64(2*q)
+		hi, lo := bits.Mul64(uint64(j)*den+num, uint64(k))
+		pos, _ := bits.Div64(hi, lo, uint64(q)*den) // below k
 		if v.Dense {
 			s[j] = uint32(pos)
 		} else {
@@ -299,6 +323,50 @@ func spParseRecord(b []byte, dim int) (spRecord, error) {
 	}
 	return r, nil
 }
+
+// equalRangesSkewed says whether the samples show the busiest owner of
+// equal ranges receiving more than spSkewSlack times the mean share of all
+// ranks' entries, beyond the samples' own noise. Each rank's count in a
+// range is known from its samples to about one sample's weight w_r =
+// nnz[r]/q at either end, an error of variance about w_r^2/6 per rank
+// (uniform at both ends), Sum w_r^2/6 in all, and the test asks for three
+// standard deviations of it above the slack. On uniform supports balanced
+// ranges only add that noise: at 256 ranks and 1% of 256K, 16 samples a
+// rank made the busiest balanced owner's share 1.5x the mean and
+// ssar-split 1.48x its time on equal ranges (sparcml sim); on a power-law
+// support an equal range holds many times the mean and balanced ranges
+// halve ssar-split's time (docs/SIMULATION.md). Arithmetic in float64
+// with every product rounded (no fused multiply-add), the sums in rank
+// order: every rank decides alike.
+func (a *spAgreement) equalRangesSkewed(dim, p int) bool {
+	eq := spEqualBounds(dim, p)
+	load := make([]float64, p)
+	var total, noise float64
+	for r, s := range a.samples {
+		if len(s) == 0 {
+			continue
+		}
+		w := float64(a.nnz[r]) / float64(len(s))
+		noise += float64(w * w)
+		total += float64(a.nnz[r])
+		for _, x := range s {
+			i := sort.Search(p, func(j int) bool { return eq[j+1] > int(x) })
+			load[i] += w
+		}
+	}
+	limit := float64(spSkewSlack*total/float64(p)) + float64(3*math.Sqrt(noise/6))
+	for _, l := range load {
+		if l > limit {
+			return true
+		}
+	}
+	return false
+}
+
+// spSkewSlack is how much more than the mean share of the entries an
+// owner of equal ranges may receive before AlgoAuto balances ssar-split's
+// ranges: the 1.1x that auto aims to be within of the fastest algorithm.
+const spSkewSlack = 1.1
 
 // balancedBounds places the p-1 inner boundaries at the weighted quantiles
 // of every rank's samples, a sample of rank r standing for nnz[r]/q entries:

@@ -146,7 +146,7 @@ func globalTopkSamples(p int) int { return min(max(4096/max(p, 1), 16), 256) }
 func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkState, opts GlobalTopkOptions, res *GlobalTopkStats) error {
 	exact := st.exactDue(opts.K, c.in.Dim, c.p)
 	if exact {
-		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, globalTopkSamples(c.p), false)
+		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, spExchange{q: globalTopkSamples(c.p)})
 		if err != nil {
 			return err
 		}
