@@ -35,7 +35,7 @@ const (
 // balanced ranges: 16 per range of its own, at least 32 and at most
 // spMaxSamples, and at most one per spSampleEntries entries, so that a
 // small input's samples do not cost more than its entries. Every rank
-// receives every rank's samples: at 256 ranks, 256 samples a rank were
+// receives every rank's samples: at 256 ranks, 256 samples a rank are
 // 275 KB received by each, 263 us of auto's 1740 at 1% of 256K on 10
 // Gbit/s, where forced ssar-split took 1477 (`sparcml sim -n 256 --op
 // sparse-allreduce --sizes 256K --density 0.01 --indices raw --algo
