@@ -383,7 +383,7 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 				size[r] += 4 * int64(spSampleCount(p, v.NNZ()))
 			}
 		}
-		bytes, msgs := spBruckBytesSent(size)
+		bytes, msgs := spAgreeBytesSent(size, spDirectAgree(opts.Model, p))
 		for r := range p {
 			pred.BytesSent[r] += bytes[r]
 			pred.MsgsSent[r] += msgs[r]

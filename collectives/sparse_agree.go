@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sort"
 
 	"github.com/sparcml/sparcml/internal/keyheap"
 	"github.com/sparcml/sparcml/sparse"
@@ -31,17 +32,22 @@ const (
 )
 
 // spSampleCount is how many index samples a rank of nnz entries sends for
-// balanced ranges: 16 per range, at least 32 and at most 256, so the
-// boundaries land within about 1/16 of a range's share of the nonzeros;
-// and at most one per spSampleEntries entries, so that a small input's
-// samples do not cost more than its entries. The exchange allgathers
-// every rank's samples: at 256 each, the simulated exchange of 64 ranks
-// at 0.1% of 256K took 80 us against ssar-split's 105 (`sparcml sim -n
-// 64 --op sparse-allreduce --sizes 256K --density 0.001 --algo
-// auto,ssar-split`, docs/SIMULATION.md).
+// balanced ranges: 16 per range of its own, at least 32 and at most
+// spMaxSamples, and at most one per spSampleEntries entries, so that a
+// small input's samples do not cost more than its entries. Every rank
+// receives every rank's samples: at 256 ranks, 256 samples a rank are
+// 275 KB received by each, 263 us of auto's 1740 at 1% of 256K on 10
+// Gbit/s, where forced ssar-split took 1477 (`sparcml sim -n 256 --op
+// sparse-allreduce --sizes 256K --density 0.01 --indices raw --algo
+// all`, docs/SIMULATION.md, "Auto against the best forced algorithm").
 func spSampleCount(p, nnz int) int {
-	return min(max(16*p, 32), 256, (nnz+spSampleEntries-1)/spSampleEntries)
+	return min(max(16*p, 32), spMaxSamples, (nnz+spSampleEntries-1)/spSampleEntries)
 }
+
+// spMaxSamples bounds a rank's samples: enough that a skew of the equal
+// ranges stands out of the samples' noise (equalRangesSkewed) at 1.25x
+// the mean share at 256 ranks and 1.4x at 1024.
+const spMaxSamples = 128
 
 // spSampleEntries is the fewest entries a sample stands for.
 const spSampleEntries = 8
@@ -80,14 +86,41 @@ func (a *spAgreement) total() int64 {
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	// Samples always: balanced ranges need them, and AlgoAuto runs
 	// ssar-split on balanced ranges (splitBounds).
-	return c.agreeSampled(opts, spSampleCount(c.p, c.in.NNZ()))
+	return c.agreeSampled(opts, spExchange{q: spSampleCount(c.p, c.in.NNZ()), direct: spDirectAgree(opts.Model, c.p), stagger: true})
 }
 
-// agreeSampled is agree with q index samples per rank.
-func (c *spCall[T]) agreeSampled(opts SparseOptions, q int) (*spAgreement, error) {
+// spExchange is how a counts exchange runs: q index samples per rank, at
+// the midpoints of q equal slices of its support or staggered by rank
+// (rank r of P at (r+1/2)/P of each slice), sent in one round (direct,
+// spAllgatherDirect) or in Bruck's ceil(log2 P).
+//
+// Staggered, the ranks' samples interleave: on supports drawn alike,
+// which midpoints sample at the same q quantiles on every rank, all P q
+// of them sample P q distinct quantiles, as one rank's P q samples
+// would. With midpoints and q below P (32 a rank at 128 ranks) the
+// pooled samples bunch at q places a few ranges apart, and balanced
+// ranges built on them made ssar-split 1.5x slower at 1% of 256K on 10
+// Gbit/s (`sparcml sim -n 128 --op sparse-allreduce --sizes 256K
+// --density 0.01 --indices raw --algo auto,ssar-split`).
+type spExchange struct {
+	q               int
+	direct, stagger bool
+}
+
+// agreeSampled is agree with the exchange x.
+func (c *spCall[T]) agreeSampled(opts SparseOptions, x spExchange) (*spAgreement, error) {
+	q, direct := x.q, x.direct
+	num, den := uint64(1), uint64(2) // midpoints
+	if x.stagger {
+		num, den = uint64(2*c.rank+1), uint64(2*c.p)
+	}
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
-	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q))
-	blobs, err := spAllgatherBlobs(c.op, &c.sc, spStepAgree, mine, spRecordSize)
+	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q, num, den))
+	gather := spAllgatherBlobs
+	if direct {
+		gather = spAllgatherDirect
+	}
+	blobs, err := gather(c.op, &c.sc, spStepAgree, mine, spRecordSize)
 	if err != nil {
 		return nil, err
 	}
@@ -105,27 +138,105 @@ func (c *spCall[T]) agreeSampled(opts SparseOptions, q int) (*spAgreement, error
 		ag.nnz[r], ag.samples[r] = rec.nnz, rec.samples
 		sizes[r] = int64(len(b))
 	}
-	ag.bytesSent, _ = spBruckBytesSent(sizes)
+	ag.bytesSent, _ = spAgreeBytesSent(sizes, direct)
 	pl := newSpPlan(opts.Model, c.p)
 	fsizes := make([]float64, c.p)
 	for r, n := range sizes {
 		fsizes[r] = float64(n)
 	}
-	pl.bruck(fsizes, nil, nil, 0)
+	if direct {
+		pl.direct(fsizes)
+	} else {
+		pl.bruck(fsizes, nil, nil, 0)
+	}
 	ag.seconds = pl.seconds
 	return ag, nil
 }
 
-// spSampleIndices returns q indices of v's support at evenly spaced ranks
-// (the midpoints of q equal slices), or none when v stores nothing.
-func spSampleIndices[T Float](v *sparse.Vector[T], q int) []uint32 {
+// spDirectAgree says whether the counts exchange of AlgoAuto and
+// Balanced goes in one round, every rank posting its record to every
+// other at once (spAllgatherDirect), rather than in Bruck's ceil(log2 P)
+// rounds one after the other: when the model knows the part of Alpha
+// that messages posted together overlap (CostModel.Latency) and one
+// round of P-1 messages is predicted cheaper than ceil(log2 P) of one.
+// The records are the same bytes either way. It depends on the model and
+// P alone, so every rank exchanges the same way. Without Latency (a
+// calibration, DefaultCostModel) every message costs a full Alpha and the
+// exchange stays Bruck's. In simulated time, at 8 ranks and 0.1% of 256K
+// the exchange's three rounds were 15 us of auto's 62 where forced
+// ssar-split took 46 (docs/SIMULATION.md, "Auto against the best forced
+// algorithm").
+func spDirectAgree(m CostModel, p int) bool {
+	if m == (CostModel{}) {
+		m = DefaultCostModel
+	}
+	return m.latency()+float64(p-1)*m.perMessage() < float64(ceilLog2(p))*m.Alpha
+}
+
+// spAgreeBytesSent is the payload each rank sends and its message count
+// in the exchange of records of the given sizes, direct or Bruck's.
+func spAgreeBytesSent(size []int64, direct bool) (bytes []int64, msgs []int) {
+	if !direct {
+		return spBruckBytesSent(size)
+	}
+	p := len(size)
+	bytes, msgs = make([]int64, p), make([]int, p)
+	for r, n := range size {
+		bytes[r], msgs[r] = int64(p-1)*n, p-1
+	}
+	return bytes, msgs
+}
+
+// spAllgatherDirect gives every rank every rank's blob in one round: each
+// rank posts a receive from every other rank and sends its blob to every
+// other rank, all at once, and waits for them all (P-1 messages each way,
+// one latency; spAllgatherBlobs forwards in ceil(log2 P) rounds instead).
+// A message is one blob, whose size sizeOf reads from its header. The
+// blobs returned alias the received messages, kept in sc until the call
+// ends; blobs[Rank()] is mine.
+func spAllgatherDirect(op *Op, sc *spScratch, step uint32, mine []byte, sizeOf func([]byte) (int, error)) ([][]byte, error) {
+	p, rank := op.Size(), op.Rank()
+	recvs := make([]*transport.Request, p)
+	for i := 1; i < p; i++ {
+		from := (rank + i) % p
+		recvs[from] = op.Recv(from, step, sc.getRecv(len(mine)))
+	}
+	sends := make([]*transport.Request, 0, p-1)
+	for i := 1; i < p; i++ {
+		sends = append(sends, op.Send((rank-i+p)%p, step, mine))
+	}
+	blobs := make([][]byte, p)
+	blobs[rank] = mine
+	for i := 1; i < p; i++ {
+		from := (rank + i) % p
+		msg, err := op.WaitData(recvs[from])
+		if err != nil {
+			return nil, err
+		}
+		sc.keep(msg)
+		if n, err := sizeOf(msg); err != nil || n != len(msg) {
+			return nil, op.Fail(errSparseProtocol(op.commRank(from), "record of %d bytes: %v", len(msg), err))
+		}
+		blobs[from] = msg
+	}
+	if err := op.Wait(sends...); err != nil {
+		return nil, err
+	}
+	return blobs, nil
+}
+
+// spSampleIndices returns q indices of v's support at evenly spaced ranks,
+// at num/den (below 1) of each of q equal slices (1/2: their midpoints), or
+// none when v stores nothing.
+func spSampleIndices[T Float](v *sparse.Vector[T], q int, num, den uint64) []uint32 {
 	k := v.NNZ()
 	if q == 0 || k == 0 {
 		return nil
 	}
 	s := make([]uint32, q)
 	for j := range s {
-		pos := (uint64(2*j+1) * uint64(k)) / uint64(2*q)
+		hi, lo := bits.Mul64(uint64(j)*den+num, uint64(k))
+		pos, _ := bits.Div64(hi, lo, uint64(q)*den) // below k
 		if v.Dense {
 			s[j] = uint32(pos)
 		} else {
@@ -212,6 +323,50 @@ func spParseRecord(b []byte, dim int) (spRecord, error) {
 	}
 	return r, nil
 }
+
+// equalRangesSkewed says whether the samples show the busiest owner of
+// equal ranges receiving more than spSkewSlack times the mean share of all
+// ranks' entries, beyond the samples' own noise. Each rank's count in a
+// range is known from its samples to about one sample's weight w_r =
+// nnz[r]/q at either end, an error of variance about w_r^2/6 per rank
+// (uniform at both ends), Sum w_r^2/6 in all, and the test asks for three
+// standard deviations of it above the slack. On uniform supports balanced
+// ranges only add that noise: at 256 ranks and 1% of 256K, 16 samples a
+// rank made the busiest balanced owner's share 1.5x the mean and
+// ssar-split 1.48x its time on equal ranges (sparcml sim); on a power-law
+// support an equal range holds many times the mean and balanced ranges
+// halve ssar-split's time (docs/SIMULATION.md). Arithmetic in float64
+// with every product rounded (no fused multiply-add), the sums in rank
+// order: every rank decides alike.
+func (a *spAgreement) equalRangesSkewed(dim, p int) bool {
+	eq := spEqualBounds(dim, p)
+	load := make([]float64, p)
+	var total, noise float64
+	for r, s := range a.samples {
+		if len(s) == 0 {
+			continue
+		}
+		w := float64(a.nnz[r]) / float64(len(s))
+		noise += float64(w * w)
+		total += float64(a.nnz[r])
+		for _, x := range s {
+			i := sort.Search(p, func(j int) bool { return eq[j+1] > int(x) })
+			load[i] += w
+		}
+	}
+	limit := float64(spSkewSlack*total/float64(p)) + float64(3*math.Sqrt(noise/6))
+	for _, l := range load {
+		if l > limit {
+			return true
+		}
+	}
+	return false
+}
+
+// spSkewSlack is how much more than the mean share of the entries an
+// owner of equal ranges may receive before AlgoAuto balances ssar-split's
+// ranges: the 1.1x that auto aims to be within of the fastest algorithm.
+const spSkewSlack = 1.1
 
 // balancedBounds places the p-1 inner boundaries at the weighted quantiles
 // of every rank's samples, a sample of rank r standing for nnz[r]/q entries:

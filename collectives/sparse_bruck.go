@@ -108,3 +108,23 @@ func (pl *spPlan) bruck(size, mem, codec []float64, reduceFactor float64) {
 	pl.rounds = ceilLog2(p) // each round forwards what the one before brought
 	pl.endPhase()
 }
+
+// direct adds the one-round exchange of spAllgatherDirect: rank r sends
+// its block of size[r] bytes to each of the P-1 others, all posted
+// together, and receives every other block; each is encoded once and
+// decoded by each receiver.
+func (pl *spPlan) direct(size []float64) {
+	p := len(size)
+	total := 0.0
+	for _, n := range size {
+		total += n
+	}
+	for r, n := range size {
+		pl.sent[r] += float64(p-1) * n
+		pl.recv[r] += total - n
+		pl.memSent[r] += n
+		pl.memRecv[r] += total - n
+		pl.phaseMsgs[r] += p - 1
+	}
+	pl.endPhase()
+}

@@ -134,19 +134,19 @@ type GlobalTopkStats struct {
 
 // globalTopkSamples is the index samples each rank contributes to the
 // balanced ranges: 4096 over every rank, at least 16 per rank and at most
-// ssar-split's 256. The ranges are cut from every rank's samples merged
+// 256. The ranges are cut from every rank's samples merged
 // (balancedBounds), so 16 per range in all place a boundary within about
-// a sixteenth of a range's share, as ssar-split's 256 per rank do from
-// 16 ranks on; with 256 per rank the samples' allgather alone sent
-// 1072·(P-1) bytes per rank, 273 KB at P = 256, more than the data of 1%
-// of 1M entries (`sparcml sim --op compress`, docs/SIMULATION.md).
+// a sixteenth of a range's share; with 256 per rank the samples'
+// allgather alone would send 1072·(P-1) bytes per rank, 273 KB at P =
+// 256, more than the data of 1% of 1M entries (`sparcml sim --op
+// compress`, docs/SIMULATION.md).
 func globalTopkSamples(p int) int { return min(max(4096/max(p, 1), 16), 256) }
 
 // globalTopk runs the schedule of GlobalTopk.
 func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkState, opts GlobalTopkOptions, res *GlobalTopkStats) error {
 	exact := st.exactDue(opts.K, c.in.Dim, c.p)
 	if exact {
-		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, globalTopkSamples(c.p))
+		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, spExchange{q: globalTopkSamples(c.p)})
 		if err != nil {
 			return err
 		}

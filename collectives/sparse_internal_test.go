@@ -19,7 +19,7 @@ import (
 // network; whatever spParseRecord accepts must be in range.
 func FuzzSparseAgreementRecord(f *testing.F) {
 	v := &sparse.Vector[float32]{Dim: 100, Indices: []uint32{3, 50, 99}, Values: []float32{1, 2, 3}}
-	f.Add(spAppendRecord(nil, SparseOptions{Balanced: true}, 3, spSampleIndices(v, 8)), 100)
+	f.Add(spAppendRecord(nil, SparseOptions{Balanced: true}, 3, spSampleIndices(v, 8, 1, 2)), 100)
 	f.Add(spAppendRecord(nil, SparseOptions{Algo: AlgoDSAR}, 0, nil), 1)
 	f.Fuzz(func(t *testing.T, b []byte, dim int) {
 		if dim < 0 || dim > sparse.MaxDim {
@@ -63,7 +63,7 @@ func TestSparseBalancedBoundsAreRanges(t *testing.T) {
 				}
 			}
 			ag.nnz[r] = len(v.Indices)
-			ag.samples[r] = spSampleIndices(v, spSampleCount(p, ag.nnz[r]))
+			ag.samples[r] = spSampleIndices(v, spSampleCount(p, ag.nnz[r]), 1, 2)
 		}
 		b := ag.balancedBounds(dim, p)
 		if len(b) != p+1 || b[0] != 0 || b[p] != dim {
@@ -232,11 +232,11 @@ func BenchmarkChooseSparse(b *testing.B) {
 
 // TestBalancedBoundsWeighSamples: ranks of very different counts send
 // different numbers of samples (spSampleCount: one per 8 entries, at most
-// 256), and each sample weighs its rank's count over its samples, so the
+// 128), and each sample weighs its rank's count over its samples, so the
 // ranges hold about equal shares of all the entries, counted on the
 // supports themselves: 15 light ranks of 512 entries spread over the whole
 // dimension (64 samples each) and a heavy one of 7680 on its upper half
-// (256 samples). Weighing every sample by its rank's count alone would
+// (128 samples). Weighing every sample by its rank's count alone would
 // give the light half a fifth of the weight.
 func TestBalancedBoundsWeighSamples(t *testing.T) {
 	const dim, p = 1 << 16, 16
@@ -258,11 +258,14 @@ func TestBalancedBoundsWeighSamples(t *testing.T) {
 	total := 0
 	for _, v := range vs {
 		ag.nnz = append(ag.nnz, len(v.Indices))
-		ag.samples = append(ag.samples, spSampleIndices(v, spSampleCount(p, len(v.Indices))))
+		ag.samples = append(ag.samples, spSampleIndices(v, spSampleCount(p, len(v.Indices)), 1, 2))
 		total += len(v.Indices)
 	}
-	if len(ag.samples[0]) != 64 || len(ag.samples[p-1]) != 256 {
-		t.Fatalf("samples %d and %d, want 64 and 256", len(ag.samples[0]), len(ag.samples[p-1]))
+	if len(ag.samples[0]) != 64 || len(ag.samples[p-1]) != 128 {
+		t.Fatalf("samples %d and %d, want 64 and 128", len(ag.samples[0]), len(ag.samples[p-1]))
+	}
+	if !ag.equalRangesSkewed(dim, p) {
+		t.Errorf("equal ranges not found skewed: the heavy rank's upper half holds %d of %d entries", 7680+7*512, total)
 	}
 	b := ag.balancedBounds(dim, p)
 	for q := range p {
@@ -273,5 +276,89 @@ func TestBalancedBoundsWeighSamples(t *testing.T) {
 		if share := float64(n) / float64(total); math.Abs(share*p-1) > 0.3 {
 			t.Errorf("range %d [%d, %d) holds %.3f of the entries, want 1/%d (bounds %v)", q, b[q], b[q+1], share, p, b)
 		}
+	}
+}
+
+// TestDirectAgree: the counts exchange goes in one round only where the
+// model knows the latency that messages posted together overlap; with a
+// full Alpha per message (DefaultCostModel, a calibration) it stays
+// Bruck's at every P.
+func TestDirectAgree(t *testing.T) {
+	sim := CostModel{Alpha: 5e-6, Beta: 1 / 1.25e9, Gamma: 1 / 4e9, Latency: 5e-6}
+	withOverhead := sim
+	withOverhead.Alpha = 7e-6 // L = 5 us, 2o = 2 us
+	for _, tc := range []struct {
+		m    CostModel
+		p    int
+		want bool
+	}{
+		{DefaultCostModel, 2, false}, {DefaultCostModel, 8, false}, {DefaultCostModel, 1024, false},
+		{CostModel{}, 64, false},
+		{sim, 2, false}, {sim, 3, true}, {sim, 1024, true},
+		{withOverhead, 8, true}, {withOverhead, 16, false},
+	} {
+		if got := spDirectAgree(tc.m, tc.p); got != tc.want {
+			t.Errorf("model %+v, P = %d: direct %v, want %v", tc.m, tc.p, got, tc.want)
+		}
+	}
+}
+
+// TestEqualRangesSkewed: the samples of the counts exchange (staggered
+// by rank, spSampleCount a rank) find the equal ranges balanced on
+// uniform random supports, and skewed on a power-law support (index =
+// n u^6) and when every rank puts 1 in 250 of its entries in one range (a
+// hot spot of twice the mean share in all, which no rank's own support
+// shows beyond its noise: 10 entries where 10 fall), each of those
+// checked to hold at least 1.5x the mean share in an equal range, counted
+// on the supports.
+func TestEqualRangesSkewed(t *testing.T) {
+	const dim = 1 << 18
+	for _, tc := range []struct {
+		name string
+		p, k int
+		draw func(rng *rand.Rand) uint32
+		want bool
+	}{
+		{"uniform 256 ranks 1%", 256, dim / 100, func(rng *rand.Rand) uint32 { return rng.Uint32N(dim) }, false},
+		{"uniform 128 ranks 0.1%", 128, dim / 1000, func(rng *rand.Rand) uint32 { return rng.Uint32N(dim) }, false},
+		{"uniform 8 ranks 1%", 8, dim / 100, func(rng *rand.Rand) uint32 { return rng.Uint32N(dim) }, false},
+		{"power law 256 ranks 1%", 256, dim / 100, func(rng *rand.Rand) uint32 { return uint32(dim * math.Pow(rng.Float64(), 6)) }, true},
+		{"hot range 256 ranks 1%", 256, dim / 100, func(rng *rand.Rand) uint32 {
+			if rng.IntN(250) == 0 {
+				return dim/2 + rng.Uint32N(dim/256)
+			}
+			return rng.Uint32N(dim)
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.p), uint64(tc.k)))
+			ag := &spAgreement{nnz: make([]int, tc.p), samples: make([][]uint32, tc.p)}
+			eq := spEqualBounds(dim, tc.p)
+			load := make([]int, tc.p)
+			for r := range tc.p {
+				set := map[uint32]bool{}
+				for len(set) < tc.k {
+					set[tc.draw(rng)] = true
+				}
+				v := &sparse.Vector[float32]{Dim: dim}
+				for i := range set {
+					v.Indices = append(v.Indices, i)
+				}
+				slices.Sort(v.Indices)
+				ag.nnz[r] = tc.k
+				ag.samples[r] = spSampleIndices(v, spSampleCount(tc.p, tc.k), uint64(2*r+1), uint64(2*tc.p))
+				for i := range tc.p {
+					load[i] += sparse.LowerBound(v.Indices, eq[i+1]) - sparse.LowerBound(v.Indices, eq[i])
+				}
+			}
+			busiest := float64(slices.Max(load)) * float64(tc.p) / float64(tc.p*tc.k)
+			if got := ag.equalRangesSkewed(dim, tc.p); got != tc.want {
+				t.Errorf("skewed %v, want %v: the busiest equal range holds %.2fx the mean share", got, tc.want, busiest)
+			}
+			if tc.want && busiest < 1.5 {
+				t.Errorf("the busiest equal range holds %.2fx the mean share: the case is not skewed", busiest)
+			}
+			t.Logf("busiest equal range: %.2fx the mean share", busiest)
+		})
 	}
 }

@@ -13,7 +13,7 @@ import (
 //
 // Passed back in SparseOptions.Plan to a later call with the same
 // dimension, value type and options, it runs that call on the same
-// decisions without the exchange, saving its ceil(log2 P) message rounds,
+// decisions without the exchange, saving its message rounds,
 // the synchronisation of every rank they amount to, and the model's
 // choice, which weigh most on short operations (docs/PERFORMANCE.md,
 // "Auto against the best forced algorithm": sparcml bench --algo
@@ -136,18 +136,20 @@ func isSplitAlgo(a Algo) bool { return a == AlgoSSARSplitAllgather || a == AlgoD
 
 // splitBounds are the index ranges split algorithm algo runs on: balanced
 // (ag.balancedBounds) when opts ask for them, and under AlgoAuto for
-// ssar-split; equal otherwise. On a skewed support the owner of a popular
-// equal range receives most of every rank's entries and sets ssar-split's
-// time, and balanced ranges make each owner's share the 1/P the model
-// prices; on a uniform one they land on the equal bounds, give or take
-// the samples' resolution. DSAR keeps equal ranges unless asked: its last
-// phase allgathers the ranges dense, so the longest one sets its time.
+// ssar-split where the samples show the equal ranges skewed
+// (ag.equalRangesSkewed); equal otherwise. On a skewed support the owner
+// of a popular equal range receives most of every rank's entries and sets
+// ssar-split's time, and balanced ranges make each owner's share the 1/P
+// the model prices; on a uniform one the equal ranges already are, and
+// balanced ones would only add the samples' noise. DSAR keeps equal
+// ranges unless asked: its last phase allgathers the ranges dense, so the
+// longest one sets its time.
 // Benchmark: sparcml bench --op sparse-allreduce --dist powerlaw --algo
 // ssar-split,allgather,dsar,auto with and without --balanced on the
 // emulated cluster (docs/DEFAULTS.md, "Balanced ranges on a power-law
-// support").
+// support"); sparcml sim at 128 and 256 ranks (docs/SIMULATION.md).
 func splitBounds(algo Algo, opts SparseOptions, ag *spAgreement, dim, p int) []int {
-	if opts.Balanced || (opts.Algo == AlgoAuto && algo == AlgoSSARSplitAllgather) {
+	if opts.Balanced || (opts.Algo == AlgoAuto && algo == AlgoSSARSplitAllgather && ag.equalRangesSkewed(dim, p)) {
 		return ag.balancedBounds(dim, p)
 	}
 	return spEqualBounds(dim, p)

@@ -32,6 +32,10 @@ func TestSparsePlanReuse(t *testing.T) {
 		// merges, fast network), whose balanced ranges the plan keeps.
 		{"auto ssar-split", collectives.SparseOptions{Algo: collectives.AlgoAuto,
 			Model: collectives.CostModel{Alpha: 1e-9, Beta: 1e-8, Gamma: 1e-9, SparseGamma: 1e-7}}},
+		// A model that knows its latency (as the simulator's does):
+		// the counts exchange goes in one round of P-1 messages.
+		{"auto direct exchange", collectives.SparseOptions{Algo: collectives.AlgoAuto,
+			Model: collectives.CostModel{Alpha: 5e-6, Beta: 1 / 1.25e9, Gamma: 1 / 4e9, Latency: 5e-6}}},
 		{"ssar-split balanced", collectives.SparseOptions{Algo: collectives.AlgoSSARSplitAllgather, Balanced: true}},
 		{"dsar balanced packed", collectives.SparseOptions{Algo: collectives.AlgoDSAR, Balanced: true, Indices: collectives.IndexPacked}},
 	} {

@@ -12,7 +12,13 @@ import (
 // sim` sets it: Alpha = L, Latency = L), so that a change of the cost
 // model that moves a choice shows here; and it runs every forced
 // algorithm of the op on the same case to check that the choice is within
-// autoSlack of the fastest in simulated time.
+// autoSlack of the fastest in simulated time. Where own is set, auto's
+// own time, its counts exchange included, must be within autoSlack too:
+// the sparse points of docs/SIMULATION.md at 256 ranks (256K, 0.1% and
+// 1%), where the exchange's rounds and samples took auto to 1.14x and
+// 1.18x. At 64K the exchange is a larger part of the call (docs/SIMULATION.md,
+// "Auto against the best forced algorithm"), and only the choice is
+// checked.
 func TestAutoChoiceAt256(t *testing.T) {
 	if testing.Short() {
 		t.Skip("256 ranks")
@@ -25,11 +31,14 @@ func TestAutoChoiceAt256(t *testing.T) {
 		density float64
 		dist    string
 		want    collectives.Algo
+		own     bool
 	}{
-		{"allreduce", 1 << 8, 0, "", collectives.AlgoRecursiveDoubling},
-		{"allreduce", 1 << 16, 0, "", collectives.AlgoRabenseifner},
-		{"sparse-allreduce", 1 << 16, 0.001, "uniform", collectives.AlgoSSARSplitAllgather},
-		{"sparse-allreduce", 1 << 16, 0.01, "uniform", collectives.AlgoSSARSplitAllgather},
+		{"allreduce", 1 << 8, 0, "", collectives.AlgoRecursiveDoubling, true},
+		{"allreduce", 1 << 16, 0, "", collectives.AlgoRabenseifner, true},
+		{"sparse-allreduce", 1 << 16, 0.001, "uniform", collectives.AlgoSSARSplitAllgather, false},
+		{"sparse-allreduce", 1 << 16, 0.01, "uniform", collectives.AlgoSSARSplitAllgather, false},
+		{"sparse-allreduce", 1 << 18, 0.001, "uniform", collectives.AlgoSSARSplitAllgather, true},
+		{"sparse-allreduce", 1 << 18, 0.01, "uniform", collectives.AlgoSSARSplitAllgather, true},
 	}
 	for _, tc := range cases {
 		c := Case{Op: tc.op, N: tc.n, Density: tc.density, Dist: tc.dist, Algo: collectives.AlgoAuto, Seed: 1, Model: model,
@@ -50,6 +59,12 @@ func TestAutoChoiceAt256(t *testing.T) {
 		if times[res.Algo] > autoSlack*times[best] {
 			t.Errorf("%s n=%d density %v %s: auto chose %v, %.0f us forced, %.2fx the fastest, %v at %.0f us",
 				tc.op, tc.n, tc.density, tc.dist, res.Algo, times[res.Algo]*1e6, times[res.Algo]/times[best], best, times[best]*1e6)
+		}
+		t.Logf("%s n=%d density %v %s: auto %.1f us, %v forced %.1f us, the fastest %v %.1f us",
+			tc.op, tc.n, tc.density, tc.dist, res.Seconds*1e6, res.Algo, times[res.Algo]*1e6, best, times[best]*1e6)
+		if tc.own && res.Seconds > autoSlack*times[best] {
+			t.Errorf("%s n=%d density %v %s: auto took %.0f us, its counts exchange included, %.2fx the fastest, %v at %.0f us",
+				tc.op, tc.n, tc.density, tc.dist, res.Seconds*1e6, res.Seconds/times[best], best, times[best]*1e6)
 		}
 	}
 }
