@@ -23,6 +23,10 @@ the machine does falls on all of them alike:
 - "backend async": dist.all_reduce(tensor, async_op=True).wait();
 - "backend future": the same through get_future().wait() (the progress
   thread completes it);
+- "backend, torch's flight recorder": the synchronous call on a second
+  sparcml group with torch's FlightRecorderHook attached (what torch
+  attaches to a backend that does not record itself; sparcml declares
+  that it does, see _declare_self_recording);
 - "gloo": dist.all_reduce on a gloo group of the same ranks.
 
 Prints, on rank 0, each variant's median per call (the slowest rank's) and the backend's
@@ -43,13 +47,23 @@ from sparcml._lib import lib
 torch.set_num_threads(1)
 
 
-def variants(n, comm, gloo):
+def flight_recorded_group():
+    """A second sparcml group of every rank with torch's FlightRecorderHook
+    attached, or None where torch has no such hook."""
+    hook = getattr(torch._C._distributed_c10d, "FlightRecorderHook", None)
+    if hook is None:
+        return None, None
+    g = dist.new_group(backend="sparcml")
+    return g, hook.attach(g, list(range(dist.get_world_size())))
+
+
+def variants(n, comm, gloo, recorded):
     so, h = lib(), comm._h
     arr = np.ones(n, dtype=np.float32)
     ptr = arr.ctypes.data
     t, tg = torch.ones(n), torch.ones(n)
     tn = torch.from_numpy(np.ones(n, dtype=np.float32))
-    return {
+    out = {
         "C ABI (ctypes)": lambda keep=arr: so.sparcml_allreduce(h, ptr, n, 0, 0),  # keep: ptr's array lives on
         "sparcml.Comm.allreduce": lambda: comm.allreduce(arr),
         "backend": lambda: dist.all_reduce(t),
@@ -58,6 +72,9 @@ def variants(n, comm, gloo):
         "backend get_future wait": lambda: dist.all_reduce(t, async_op=True).get_future().wait(),
         "gloo": lambda: dist.all_reduce(tg, group=gloo),
     }
+    if recorded is not None:
+        out["backend, torch's flight recorder"] = lambda: dist.all_reduce(t, group=recorded)
+    return out
 
 
 def measure(fns, comm, rounds, warmup, burst):
@@ -92,9 +109,10 @@ def main():
     args = ap.parse_args()
     dist.init_process_group("sparcml")
     gloo = dist.new_group(backend="gloo")
+    recorded, _hook = flight_recorded_group()  # the hook records while _hook lives
     comm = st.default_comm()
     for n in (int(s) for s in args.sizes.split(",")):
-        fns = variants(n, comm, gloo)
+        fns = variants(n, comm, gloo, recorded)
         if args.variants:
             fns = {k: fns[k] for k in args.variants.split(",")}
         med = measure(fns, comm, args.rounds, args.warmup, args.burst)
@@ -103,7 +121,7 @@ def main():
             print("all_reduce of %d float32 on %d ranks, median over %d rounds of %d calls back to back:" % (
                 n, comm.size, args.rounds, args.burst))
             for k, v in med.items():
-                print("  %-26s %8.1f us  %+8.1f us over the C ABI" % (k, v * 1e6, (v - base) * 1e6))
+                print("  %-33s %8.1f us  %+8.1f us over the C ABI" % (k, v * 1e6, (v - base) * 1e6))
     dist.destroy_process_group()
 
 
