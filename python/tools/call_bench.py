@@ -14,6 +14,10 @@ the machine does falls on all of them alike:
 
 - "C ABI": sparcml_allreduce through ctypes with its arguments prepared
   (what a C program pays, plus one ctypes call);
+- "C ABI, 10 us between calls": the same, each call followed by 10 us of
+  busy Python (about what torch's dispatch and the backend add to a
+  call): what a little CPU outside the library costs once ranks
+  outnumber cores;
 - "sparcml.Comm": Comm.allreduce of a NumPy array (the Python binding);
 - "backend": dist.all_reduce(tensor) on the sparcml process group;
 - "backend on NumPy memory": the same on a tensor over a NumPy array's
@@ -57,6 +61,12 @@ def flight_recorded_group():
     return g, hook.attach(g, list(range(dist.get_world_size())))
 
 
+def busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def variants(n, comm, gloo, recorded):
     so, h = lib(), comm._h
     arr = np.ones(n, dtype=np.float32)
@@ -65,6 +75,7 @@ def variants(n, comm, gloo, recorded):
     tn = torch.from_numpy(np.ones(n, dtype=np.float32))
     out = {
         "C ABI (ctypes)": lambda keep=arr: so.sparcml_allreduce(h, ptr, n, 0, 0),  # keep: ptr's array lives on
+        "C ABI, 10 us between calls": lambda keep=arr: (so.sparcml_allreduce(h, ptr, n, 0, 0), busy(10e-6)),
         "sparcml.Comm.allreduce": lambda: comm.allreduce(arr),
         "backend": lambda: dist.all_reduce(t),
         "backend on NumPy memory": lambda: dist.all_reduce(tn),

@@ -231,7 +231,7 @@ class SparcmlBackend(_C10dBackend):
         (python/tools/call_bench.py)."""
         code = OP_CODES.get(kind)
         dtype = DTYPE_CODES.get(t.dtype) if isinstance(t, torch.Tensor) else None
-        if code is None or dtype is None or t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
+        if code is None or dtype is None or t.layout != torch.strided or not t.is_cpu or not t.is_contiguous():
             return False
         comm = self.comm
         rc = comm._so.sparcml_allreduce(comm._handle("allreduce"), t.data_ptr(), t.numel(), dtype, code)
