@@ -33,8 +33,9 @@ the machine does falls on all of them alike:
   that it does, see _declare_self_recording);
 - "gloo": dist.all_reduce on a gloo group of the same ranks.
 
-Prints, on rank 0, each variant's median per call (the slowest rank's) and the backend's
-medians minus the C ABI's.
+Prints, on rank 0, each variant's median per call (the slowest rank's), the
+medians minus the C ABI's, and the median CPU time per call of the busiest
+rank's process (every thread: the Go runtime's, torch's).
 """
 
 import argparse
@@ -89,25 +90,29 @@ def variants(n, comm, gloo, recorded):
 
 
 def measure(fns, comm, rounds, warmup, burst):
-    """Median seconds per call of each fn: per round, each fn in turn runs
-    burst calls back to back after a barrier (the ranks keep each other in
+    """Median seconds per call of each fn, and median CPU seconds per call
+    (this process's, every thread): per round, each fn in turn runs burst
+    calls back to back after a barrier (the ranks keep each other in
     step, as in a training loop), timed together; a round's time is the
-    slowest rank's."""
+    slowest rank's, its CPU the busiest rank's."""
     names = list(fns)
     times = {k: [] for k in names}
+    cpus = {k: [] for k in names}
     for i in range(warmup + rounds):
         order = names[i % len(names):] + names[:i % len(names)]
         for k in order:
             fn = fns[k]
             comm.barrier()
-            s = time.perf_counter()
+            s, c = time.perf_counter(), time.process_time()
             for _ in range(burst):
                 fn()
-            took = np.array([(time.perf_counter() - s) / burst])
+            took = np.array([(time.perf_counter() - s) / burst, (time.process_time() - c) / burst])
             comm.allreduce(took, op="max")  # the slowest rank's, as sparcml bench reports
             if i >= warmup:
                 times[k].append(took[0])
-    return {k: statistics.median(v) for k, v in times.items()}
+                cpus[k].append(took[1])
+    return ({k: statistics.median(v) for k, v in times.items()},
+            {k: statistics.median(v) for k, v in cpus.items()})
 
 
 def main():
@@ -126,13 +131,14 @@ def main():
         fns = variants(n, comm, gloo, recorded)
         if args.variants:
             fns = {k: fns[k] for k in args.variants.split(",")}
-        med = measure(fns, comm, args.rounds, args.warmup, args.burst)
+        med, cpu = measure(fns, comm, args.rounds, args.warmup, args.burst)
         if comm.rank == 0:
             base = med.get("C ABI (ctypes)", 0.0)
             print("all_reduce of %d float32 on %d ranks, median over %d rounds of %d calls back to back:" % (
                 n, comm.size, args.rounds, args.burst))
             for k, v in med.items():
-                print("  %-33s %8.1f us  %+8.1f us over the C ABI" % (k, v * 1e6, (v - base) * 1e6))
+                print("  %-33s %8.1f us  %+8.1f us over the C ABI  CPU %7.1f us" % (
+                    k, v * 1e6, (v - base) * 1e6, cpu[k] * 1e6))
     dist.destroy_process_group()
 
 
