@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sparcml/sparcml/collectives"
 	"github.com/sparcml/sparcml/transport"
@@ -20,6 +21,12 @@ type Request struct {
 	done <-chan struct{}
 	err  error
 	algo Algo
+
+	// A collective runs in whichever goroutine claims it first: the one
+	// start launched, or a Wait that comes before that goroutine ran
+	// (see Wait).
+	run     func()
+	claimed atomic.Bool
 
 	sparse *SparseStats
 
@@ -43,7 +50,17 @@ func (r *Request) result() error {
 // operation's error. A ctx ending here stops the waiting, not the
 // operation: to cancel the operation on every rank, cancel the context it
 // was started with.
+//
+// A Wait with a ctx that never ends (context.Background) on a collective
+// whose goroutine has not begun yet runs the collective itself, as the
+// blocking call does: a caller from C, locked to its thread, then blocks
+// once instead of handing its processor to the collective's goroutine and
+// being woken by it (the "async_op wait" row of
+// python/tools/call_bench.py).
 func (r *Request) Wait(ctx context.Context) error {
+	if ctx.Done() == nil && r.claim() {
+		return r.result()
+	}
 	if r.tr != nil {
 		// The transport's Wait, so that a transport that progresses in
 		// the waiting goroutine (TCP's reading, RDMA's polling) can.
@@ -175,13 +192,24 @@ func (c *Comm) start(ctx context.Context, kind string, fn opFunc, opts []CallOpt
 	r.seq = op.Seq
 	cc := c.callConfig(opts)
 	c.track(op.Seq)
-	go func() {
+	r.run = func() {
 		defer release()
 		r.algo, r.err = c.traced(kind, fn)(op, cc)
 		c.untrack(op.Seq, r.err)
 		close(done)
-	}()
+	}
+	go r.claim()
 	return r
+}
+
+// claim runs the collective in the calling goroutine unless another has
+// claimed it; it reports whether this one did.
+func (r *Request) claim() bool {
+	if r.run == nil || !r.claimed.CompareAndSwap(false, true) {
+		return false
+	}
+	r.run()
+	return true
 }
 
 // failedRequest is a request that failed before it started.

@@ -231,7 +231,7 @@ class SparcmlBackend(_C10dBackend):
         (python/tools/call_bench.py)."""
         code = OP_CODES.get(kind)
         dtype = DTYPE_CODES.get(t.dtype) if isinstance(t, torch.Tensor) else None
-        if code is None or dtype is None or t.layout != torch.strided or t.device.type != "cpu" or not t.is_contiguous():
+        if code is None or dtype is None or t.layout != torch.strided or not t.is_cpu or not t.is_contiguous():
             return False
         comm = self.comm
         rc = comm._so.sparcml_allreduce(comm._handle("allreduce"), t.data_ptr(), t.numel(), dtype, code)
@@ -633,3 +633,19 @@ def register():
     """Registers "sparcml" with torch.distributed (idempotent)."""
     if "sparcml" not in dist.Backend.backend_list:
         dist.Backend.register_backend("sparcml", create, extended_api=True, devices=["cpu"])
+    _declare_self_recording()
+
+
+def _declare_self_recording():
+    """Tells torch that the backend records its own operations, as gloo's
+    registration does: sparcml's flight recorder keeps every operation
+    (SPARCML_DUMP_DIR, `sparcml trace`, docs/RELIABILITY.md). Torch
+    attaches its backend-agnostic FlightRecorderHook to every group whose
+    backend is not in that set, and its pre and post hooks (the calling
+    thread's name read by two system calls, an entry recorded) cost more
+    per small call than the rest of the backend's path
+    (python/tools/call_bench.py). Torch versions without the set have no
+    such hook."""
+    recording = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if isinstance(recording, set):
+        recording.add("sparcml")

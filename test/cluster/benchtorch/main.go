@@ -33,6 +33,7 @@ type config struct {
 	only                        string
 	rounds                      int
 	lock                        string
+	backendCases                string // backend_bench.py's --cases for local and dense, if not ""
 	label                       string
 }
 
@@ -56,6 +57,7 @@ func main() {
 	flag.StringVar(&c.only, "only", "", "comma list of cases to run: local,dense,overlap (default all)")
 	flag.IntVar(&c.rounds, "rounds", 5, "rounds of every case (the variants alternate within each)")
 	flag.StringVar(&c.lock, "lock", "/tmp/sparcml-cluster.lock", "lock held while a cluster case runs")
+	flag.StringVar(&c.backendCases, "backend-cases", "", "backend_bench.py's --cases for local and dense (default: dense,bench,small and dense,bench,sparse,small), e.g. small")
 	flag.StringVar(&c.label, "label", "", "added to every row as \"label\" (what the tree holds, e.g. the branches merged)")
 	flag.Parse()
 	for _, p := range []*string{&c.sparcml, &c.python, &c.pythonPath, &c.out} {
@@ -79,10 +81,14 @@ func cases(c config) []benchCase {
 	rounds := fmt.Sprint(c.rounds)
 	backend := filepath.Join(filepath.Dir(c.pythonPath), "python", "tools", "backend_bench.py")
 	overlap := filepath.Join(filepath.Dir(c.pythonPath), "python", "tools", "overlap_bench.py")
+	localCases, denseCases := "dense,bench,small", "dense,bench,sparse,small"
+	if c.backendCases != "" {
+		localCases, denseCases = c.backendCases, c.backendCases
+	}
 	return []benchCase{
-		{"local", 0, 4, "", backend, []string{"--cases", "dense,bench,small", "--rounds", rounds,
+		{"local", 0, 4, "", backend, []string{"--cases", localCases, "--rounds", rounds,
 			"--sparcml-bench", c.sparcml, "--bench-algos", "auto,ring"}},
-		{"dense", 8, 8, "1gbit", backend, []string{"--cases", "dense,bench,sparse,small", "--rounds", rounds,
+		{"dense", 8, 8, "1gbit", backend, []string{"--cases", denseCases, "--rounds", rounds,
 			"--sparcml-bench", c.sparcml, "--bench-algos", "auto,ring"}},
 		{"overlap", 4, 4, "1gbit", overlap, []string{"--rounds", rounds}},
 	}
