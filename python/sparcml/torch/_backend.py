@@ -38,7 +38,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import Work as _C10dWork
 
 import sparcml
-from sparcml._arrays import DTYPES, OPS
+from sparcml._arrays import DTYPES, OPS, nonzero_rows
 
 from . import _progress
 
@@ -301,10 +301,10 @@ class SparcmlBackend(_C10dBackend):
 
         def back():
             idx, summed = req.wait()  # completed: returns its result
+            keep = nonzero_rows(summed)
+            if keep is not None:  # rows that summed to zero: dropped
+                idx, summed = idx[keep], summed[keep]
             out = torch.from_numpy(summed)
-            keep = out.ne(0).any(dim=1)
-            if not bool(keep.all()):  # rows that summed to zero: dropped
-                idx, out = idx[keep.numpy()], out[keep]
             if kind == R.AVG:
                 out /= size
             if len(sparse_shape) == 1:
