@@ -87,3 +87,23 @@ def sparse_rows(rows, values, nrows):
     if idx.size > 1 and not (idx[1:] > idx[:-1]).all():
         raise Bad("rows must be sorted and unique")
     return idx, np.ascontiguousarray(values), int(values.shape[1])
+
+
+def nonzero_rows(values):
+    """The mask of the rows of the 2-D array values that hold a nonzero
+    value, or None when every row does. Only a row whose first value is
+    zero is read in full: a full comparison of every value (torch's
+    ne(0).any(dim=1)) is a pass over the whole result and most of the CPU
+    an embedding gradient's all_reduce spends in Python
+    (python/tools/sparse_bench.py)."""
+    if values.shape[0] == 0 or values.shape[1] == 0:
+        return None
+    maybe = np.flatnonzero(values[:, 0] == 0)
+    if maybe.size == 0:
+        return None
+    zero = maybe[~values[maybe].any(axis=1)]
+    if zero.size == 0:
+        return None
+    keep = np.ones(values.shape[0], dtype=bool)
+    keep[zero] = False
+    return keep

@@ -404,11 +404,14 @@ class Comm:
         rows holding a nonzero value; no untouched row is ever present."""
         return self._rows(rows, values, nrows, start=False)
 
-    def start_sparse_allreduce_rows(self, rows, values, nrows):
-        """Starts sparse_allreduce_rows; the Request's wait() returns its result."""
-        return self._rows(rows, values, nrows, start=True)
+    def start_sparse_allreduce_rows(self, rows, values, nrows, borrow=False):
+        """Starts sparse_allreduce_rows; the Request's wait() returns its result.
+        With borrow, wait() returns (rows, values, done) instead: views of
+        the library's result memory, no copy, valid until done() is called,
+        which the caller must do once it has copied what it keeps."""
+        return self._rows(rows, values, nrows, start=True, borrow=borrow)
 
-    def _rows(self, rows, values, nrows, start):
+    def _rows(self, rows, values, nrows, start, borrow=False):
         op = "sparse-allreduce"
         try:
             idx, val, width = sparse_rows(rows, values, nrows)
@@ -418,6 +421,16 @@ class Comm:
         h, so, n = self._handle(op), self._so, idx.size
         res = self._results.pop() if self._results else self._new_result()
         args = (h, int(nrows), width, n, idx.ctypes.data, val.ctypes.data, dt, res)
+        if start and borrow:
+            lent = []
+
+            def collect():
+                rows, values = self._view_rows(res)
+                lent.append(res)
+                return rows, values, lambda: self._results.append(res)
+
+            return self._start(so.sparcml_start_sparse_allreduce_rows, args, op, (idx, val), collect=collect,
+                               release=lambda: None if lent else self._results.append(res))
         if start:
             return self._start(so.sparcml_start_sparse_allreduce_rows, args, op, (idx, val),
                                collect=lambda: self._read_rows(res),
@@ -441,6 +454,20 @@ class Comm:
             ctypes.memmove(values.ctypes.data, so.sparcml_result_values(res), values.nbytes)
             ctypes.memmove(indices.ctypes.data, so.sparcml_result_indices(res), nnz * 4)
         return indices, values
+
+    def _view_rows(self, res):
+        """The rows of a filled row-sparse sparcml_result, as (rows, values)
+        arrays over the result's own memory: valid while res is not
+        reused."""
+        so = self._so
+        nnz, width = so.sparcml_result_nnz(res), so.sparcml_result_width(res)
+        dtype = NUMPY_DTYPE[so.sparcml_result_dtype(res)]
+        if not nnz:
+            return np.empty(0, dtype=np.uint32), np.empty((0, width), dtype=dtype)
+        ctype = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+        values = (ctype * (nnz * width)).from_address(so.sparcml_result_values(res))
+        indices = (ctypes.c_uint32 * nnz).from_address(so.sparcml_result_indices(res))
+        return np.ctypeslib.as_array(indices), np.ctypeslib.as_array(values).reshape(nnz, width)
 
     def _new_result(self):
         res = ctypes.c_void_p()

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 import sparcml
+from sparcml._arrays import nonzero_rows
 
 from . import _progress
 
@@ -291,8 +292,8 @@ def allreduce_sparse(tensor, comm=None, average=False):
     rows = np.ravel_multi_index(t.indices().numpy(), sparse_shape).astype(np.uint32)
     values = np.ascontiguousarray(t.values().numpy().reshape(rows.size, block))
     out_rows, out_val = comm.sparse_allreduce_rows(rows, values, nrows)
-    keep = out_val.any(axis=1)
-    if not keep.all():  # rows that summed to zero: dropped
+    keep = nonzero_rows(out_val)
+    if keep is not None:  # rows that summed to zero: dropped
         out_rows, out_val = out_rows[keep], out_val[keep]
     if average:
         out_val = out_val / out_val.dtype.type(comm.size)

@@ -38,7 +38,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import Work as _C10dWork
 
 import sparcml
-from sparcml._arrays import DTYPES, OPS
+from sparcml._arrays import DTYPES, OPS, nonzero_rows
 
 from . import _progress
 
@@ -296,24 +296,35 @@ class SparcmlBackend(_C10dBackend):
         # numbers are sorted and unique, as the sparse allreduce wants them.
         rows = np.ravel_multi_index(c.indices().numpy(), sparse_shape) if c._nnz() else np.zeros(0, np.int64)
         vals = c.values().reshape(rows.size, max(block, 1)).to(vdtype).contiguous().numpy()
-        req = self.comm.start_sparse_allreduce_rows(rows.astype(np.uint32), vals, nrows)
+        req = self.comm.start_sparse_allreduce_rows(rows.astype(np.uint32), vals, nrows, borrow=True)
         size = self.comm.size
 
         def back():
-            idx, summed = req.wait()  # completed: returns its result
-            out = torch.from_numpy(summed)
-            keep = out.ne(0).any(dim=1)
-            if not bool(keep.all()):  # rows that summed to zero: dropped
-                idx, out = idx[keep.numpy()], out[keep]
-            if kind == R.AVG:
-                out /= size
-            if len(sparse_shape) == 1:
-                index = torch.from_numpy(idx.astype(np.int64))[None]
-            else:
-                index = torch.from_numpy(np.stack(np.unravel_index(idx.astype(np.int64), sparse_shape)))
-            t.copy_(torch.sparse_coo_tensor(index, out.reshape((-1,) + dense_shape).to(t.dtype),
-                                            shape, check_invariants=False, is_coalesced=True))
+            idx, summed, done = req.wait()  # completed: views of the library's result
+            try:
+                self._copy_rows_into(t, idx, summed, kind == R.AVG, size, sparse_shape, dense_shape)
+            finally:
+                done()
+
         return [req], back
+
+    @staticmethod
+    def _copy_rows_into(t, idx, summed, average, size, sparse_shape, dense_shape):
+        """Writes the rows of a sparse allreduce's result into the sparse
+        tensor t (t.copy_ copies them out of the library's memory), but
+        for the rows that summed to exactly zero."""
+        keep = nonzero_rows(summed)
+        if keep is not None:  # rows that summed to zero: dropped
+            idx, summed = idx[keep], summed[keep]
+        out = torch.from_numpy(summed)
+        if average:
+            out /= size
+        if len(sparse_shape) == 1:
+            index = torch.from_numpy(idx.astype(np.int64))[None]
+        else:
+            index = torch.from_numpy(np.stack(np.unravel_index(idx.astype(np.int64), sparse_shape)))
+        t.copy_(torch.sparse_coo_tensor(index, out.reshape((-1,) + dense_shape).to(t.dtype),
+                                        tuple(t.shape), check_invariants=False, is_coalesced=True))
 
     # ---- gathers and reduce-scatters ----
 
