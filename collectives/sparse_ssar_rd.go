@@ -139,17 +139,21 @@ func planSSARRecursiveDoubling(pl *spPlan, p, dim int, w spWire, sup spSupports)
 		pl.endPhase()
 	}
 	for d := 1; d < g.pof2; d *= 2 {
-		for n := range g.pof2 {
-			// The group whose sum newrank n holds before this round.
+		for block := 0; block < g.pof2; block += d {
+			// The group whose sum each newrank of the block holds before
+			// this round, and the size of that sum.
 			var group []int
-			for o := n &^ (d - 1); o < n&^(d-1)+d; o++ {
+			for o := block; o < block+d; o++ {
 				group = append(group, g.oldRank(o))
 				if o < g.extra {
 					group = append(group, 2*o)
 				}
 			}
-			from := g.oldRank(n)
-			pl.red[from] += send(from, g.oldRank(n^d), sup.union(group, 0, dim), group, 1)
+			k := sup.union(group, 0, dim)
+			for n := block; n < block+d; n++ {
+				from := g.oldRank(n)
+				pl.red[from] += send(from, g.oldRank(n^d), k, group, 1)
+			}
 		}
 		pl.endPhase()
 	}
