@@ -36,10 +36,16 @@ type spUniform struct {
 	// choice take seconds at 1024 ranks (go test -bench ChooseSparse
 	// ./collectives/).
 	indexMemo map[[2]int]float64
+	// allMiss is the chance that every rank misses an index: the union of
+	// all ranks, which ssar-split's allgather prices for each of the P
+	// ranges, in O(1).
+	allMiss float64
 }
 
 func newSpUniform(nnz []int, dim int) spUniform {
-	return spUniform{nnz: nnz, dim: dim, indexMemo: map[[2]int]float64{}}
+	u := spUniform{nnz: nnz, dim: dim, indexMemo: map[[2]int]float64{}}
+	u.allMiss = u.miss(spAllRanks(len(nnz)))
+	return u
 }
 
 func (u spUniform) count(r, lo, hi int) float64 {
@@ -49,15 +55,25 @@ func (u spUniform) count(r, lo, hi int) float64 {
 	return float64(u.nnz[r]) * float64(hi-lo) / float64(u.dim)
 }
 
+// union is over distinct ranks, so len(u.nnz) of them are all.
 func (u spUniform) union(ranks []int, lo, hi int) float64 {
 	if u.dim == 0 {
 		return 0
 	}
+	miss := u.allMiss
+	if len(ranks) != len(u.nnz) {
+		miss = u.miss(ranks)
+	}
+	return float64(hi-lo) * (1 - miss)
+}
+
+// miss is the chance that an index is held by none of ranks.
+func (u spUniform) miss(ranks []int) float64 {
 	miss := 1.0
 	for _, r := range ranks {
 		miss *= 1 - float64(u.nnz[r])/float64(u.dim)
 	}
-	return float64(hi-lo) * (1 - miss)
+	return miss
 }
 
 // indexBytes estimates for the union rounded to whole entries, the

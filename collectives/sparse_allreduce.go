@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -488,16 +489,57 @@ func (s *spScratch) get(n int) []byte {
 // keep records a buffer the transport allocated for a received message.
 func (s *spScratch) keep(b []byte) { s.bufs = append(s.bufs, b) }
 
+// drop returns b to the pool before the call ends, and forgets it (each
+// listing of its array): for a received message once it is merged, when
+// nothing refers to it any more.
+func (s *spScratch) drop(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	kept := s.bufs[:0]
+	found := false
+	for _, o := range s.bufs {
+		if spSameArray(o, b) {
+			found = true
+			continue
+		}
+		kept = append(kept, o)
+	}
+	clear(s.bufs[len(kept):])
+	s.bufs = kept
+	if found {
+		s.pool.Put(b)
+	}
+}
+
+// dropVector returns scratch vector v to its pool before the call ends.
+func (s *spScratch) dropVector(v spPooled) {
+	if i := slices.Index(s.vectors, v); i >= 0 {
+		s.vectors = slices.Delete(s.vectors, i, i+1)
+		spPutVector(v)
+	}
+}
+
+// spSameArray says whether a and b share their backing array.
+func spSameArray(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && unsafe.SliceData(a[:cap(a)]) == unsafe.SliceData(b[:cap(b)])
+}
+
+// spPutVector empties v and returns it to spVectorPool.
+func spPutVector(v spPooled) {
+	v.Reset(0)
+	switch v := v.(type) {
+	case *sparse.Vector[float32]:
+		spVectorPool[0].Put(v)
+	case *sparse.Vector[float64]:
+		spVectorPool[1].Put(v)
+	}
+}
+
 // release returns every buffer, each once, to the pool.
 func (s *spScratch) release() {
 	for _, v := range s.vectors {
-		v.Reset(0)
-		switch v := v.(type) {
-		case *sparse.Vector[float32]:
-			spVectorPool[0].Put(v)
-		case *sparse.Vector[float64]:
-			spVectorPool[1].Put(v)
-		}
+		spPutVector(v)
 	}
 	// A buffer can be listed twice (a receive that landed in the pooled
 	// buffer it was given); the lists are short, so a scan finds repeats.

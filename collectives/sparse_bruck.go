@@ -62,15 +62,27 @@ func spAllgatherBlobs(op *Op, sc *spScratch, step uint32, mine []byte, sizeOf fu
 func spBruckBytesSent(size []int64) (bytes []int64, msgs []int) {
 	p := len(size)
 	bytes, msgs = make([]int64, p), make([]int, p)
+	sum := spCircularSums(size)
 	for r := range p {
 		for d := 1; d < p; d *= 2 {
-			for i := range min(d, p-d) {
-				bytes[r] += size[(r+i)%p]
-			}
+			bytes[r] += sum(r, min(d, p-d))
 			msgs[r]++
 		}
 	}
 	return bytes, msgs
+}
+
+// spCircularSums returns the sum of x[(r+i) mod len(x)] for i < n, from
+// prefix sums: each of a Bruck allgather's P log2 P messages in O(1)
+// instead of the blocks it carries, P^2 in all, which every rank's plan
+// of an AlgoAuto call pays at 1024 ranks (go test -bench ChooseSparse
+// ./collectives/).
+func spCircularSums[E int64 | float64](x []E) func(r, n int) E {
+	pre := make([]E, 2*len(x)+1)
+	for i := range 2 * len(x) {
+		pre[i+1] = pre[i] + x[i%len(x)]
+	}
+	return func(r, n int) E { return pre[r+n] - pre[r] }
 }
 
 // bruck adds the allgather of blocks of the given sizes (spAllgatherBlobs)
@@ -85,24 +97,19 @@ func (pl *spPlan) bruck(size, mem, codec []float64, reduceFactor float64) {
 	if mem == nil {
 		mem = size
 	}
+	if codec == nil {
+		codec = make([]float64, p)
+	}
+	sizes, mems, codecs := spCircularSums(size), spCircularSums(mem), spCircularSums(codec)
 	for r := range p {
 		pl.memSent[r] += mem[r]
-		if codec != nil {
-			pl.codec[r] += codec[r]
-		}
+		pl.codec[r] += codec[r]
 		for d := 1; d < p; d *= 2 {
-			to := (r - d + p) % p
-			b := 0.0
-			for i := range min(d, p-d) {
-				q := (r + i) % p
-				b += size[q]
-				pl.memRecv[to] += mem[q]
-				pl.red[to] += mem[q] * reduceFactor
-				if codec != nil {
-					pl.codec[to] += codec[q]
-				}
-			}
-			pl.msg(r, to, b, 0, 0)
+			to, n := (r-d+p)%p, min(d, p-d)
+			pl.memRecv[to] += mems(r, n)
+			pl.red[to] += mems(r, n) * reduceFactor
+			pl.codec[to] += codecs(r, n)
+			pl.msg(r, to, sizes(r, n), 0, 0)
 		}
 	}
 	pl.rounds = ceilLog2(p) // each round forwards what the one before brought

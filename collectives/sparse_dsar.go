@@ -106,15 +106,25 @@ func planDSAR(pl *spPlan, p int, w spWire, sup spSupports, bounds []int) {
 // denseRing adds a ring allgather of dense blocks of the given byte
 // sizes, received in place (exact DSAR's last phase): rank r forwards
 // every block but its right neighbour's, one message per segment (at
-// least one per block), with no encoding to charge.
+// least one per block), with no encoding to charge. Each rank's total is
+// that of all blocks less one, O(P) rather than its P-1 steps each.
 func (pl *spPlan) denseRing(size []float64) {
 	p := len(size)
+	total, segs := 0.0, make([]int, p)
+	allSegs := 0
+	for q, b := range size {
+		total += b
+		segs[q] = max(1, int(math.Ceil(b/segmentBytes)))
+		allSegs += segs[q]
+	}
 	for r := range p {
-		for t := range p - 1 {
-			b := size[(r-t+p)%p]
-			pl.msg(r, (r+1)%p, b, b, 0)
-			pl.phaseMsgs[r] += max(0, int(math.Ceil(b/segmentBytes))-1)
-		}
+		right := (r + 1) % p
+		b := total - size[right]
+		pl.sent[r] += b
+		pl.memSent[r] += b
+		pl.recv[right] += b
+		pl.memRecv[right] += b
+		pl.phaseMsgs[r] += allSegs - segs[right]
 	}
 	pl.raw = true
 	pl.rounds = p - 1 // each step forwards the block the one before brought

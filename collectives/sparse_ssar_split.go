@@ -228,6 +228,9 @@ func spAppendRange[T Float](out, v *sparse.Vector[T], lo int) {
 // reduces reduce times. It returns, per owner, whether a piece arrived
 // dense (the owner's sum of its range is then dense in memory).
 func planScatterToOwners(pl *spPlan, p int, w spWire, sup spSupports, bounds []int, reduce float64) []bool {
+	if u, ok := sup.(spUniform); ok {
+		return planScatterUniform(pl, p, w, u, bounds, reduce)
+	}
 	gotDense := make([]bool, p)
 	for r := range p {
 		for q := range p {

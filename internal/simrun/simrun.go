@@ -127,13 +127,13 @@ func Run(cfg sim.Config, c Case, check bool) (Result, error) {
 	p := cfg.Ranks
 	res := Result{P: p, Errors: make([]error, p), BytesSent: make([]int64, p), Wrong: -1}
 	algos := make([]collectives.Algo, p)
-	pools := make([]collectives.Buffers, p)
+	pools := rankPools(p, cfg.Compute.Mode == sim.ComputeMeasured)
 	seq := uint64(0)
 	call := func() ([]float64, error) {
 		seq++
 		return w.Run(func(t *sim.Transport) {
 			r := t.Rank()
-			o := &collectives.Op{Ctx: context.Background(), T: t, Comm: 1, Seq: seq, Pool: &pools[r], Topo: topo}
+			o := &collectives.Op{Ctx: context.Background(), T: t, Comm: 1, Seq: seq, Pool: pools[r], Topo: topo}
 			algos[r], res.Errors[r] = inst.Run(o, r)
 		})
 	}
@@ -172,4 +172,22 @@ func Run(cfg sim.Config, c Case, check bool) (Result, error) {
 		res.Wrong = inst.Wrong()
 	}
 	return res, nil
+}
+
+// rankPools are the ranks' pools of free buffers: one each when warm
+// calls are measured (each rank keeps its own between calls, as on a
+// real transport), else one shared by every rank. A rank's pool keeps up
+// to 32 free buffers after its call, and one each would hold P times
+// that until the last rank returns; shared, a buffer a rank frees serves
+// the next rank's receive (docs/SIMULATION.md, Limits).
+func rankPools(p int, own bool) []*collectives.Buffers {
+	pools := make([]*collectives.Buffers, p)
+	shared := &collectives.Buffers{}
+	for r := range pools {
+		pools[r] = shared
+		if own {
+			pools[r] = &collectives.Buffers{}
+		}
+	}
+	return pools
 }
