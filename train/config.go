@@ -49,6 +49,13 @@ type Config struct {
 	Select        string // exact, sampled, reuse, random
 	WarmupEpochs  float64
 	ErrorFeedback bool
+	// Oversample and GlobalPeriod apply to the global scope: each rank
+	// selects Oversample·k entries, the global selection keeps k
+	// (compress.Config.Oversample), and an exact global threshold serves
+	// GlobalPeriod steps (sparcml.CompressorConfig.GlobalPeriod). Zero
+	// means the library's default.
+	Oversample   float64
+	GlobalPeriod int
 }
 
 // Defaults fills the zero fields of c with the defaults of its model:
@@ -142,6 +149,10 @@ func (c *Config) Check() error {
 		return fmt.Errorf("unknown --select %q (want exact, sampled, reuse or random)", c.Select)
 	case c.WarmupEpochs < 0:
 		return fmt.Errorf("--warmup-epochs %g < 0", c.WarmupEpochs)
+	case c.Oversample != 0 && !(c.Oversample >= 1):
+		return fmt.Errorf("--oversample %g < 1", c.Oversample)
+	case c.GlobalPeriod < 0:
+		return fmt.Errorf("--global-period %d < 0", c.GlobalPeriod)
 	case c.OnFailure != "" && c.OnFailure != "abort" && c.OnFailure != "shrink":
 		return fmt.Errorf("unknown --on-failure %q (want abort or shrink)", c.OnFailure)
 	}

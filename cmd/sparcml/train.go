@@ -87,6 +87,8 @@ func newTrainFlags(f *trainFlags, v *trainFlagValues) *flag.FlagSet {
 	fs.BoolVar(&v.noEF, "no-error-feedback", false, "topk: drop what is not sent (the ablation)")
 	fs.BoolVar(&v.noMask, "no-momentum-masking", false, "topk: keep the velocity of the entries sent (no DGC momentum-factor masking)")
 	fs.StringVar(&v.scope, "scope", "union", "topk: union sums every rank's selection exactly; global keeps about --density of those sums, the largest over every rank (Ok-Topk's global top-k; lossy)")
+	fs.Float64Var(&c.Oversample, "oversample", 0, "topk --scope global: each rank selects this many times k = --density·n, the global selection keeps k (default 1)")
+	fs.IntVar(&c.GlobalPeriod, "global-period", 0, "topk --scope global: steps an exact global threshold serves, estimated in between (default 8)")
 	fs.BoolVar(&v.perLayer, "per-layer", false, "topk: select the top entries of every tensor separately (default: over the whole model)")
 	fs.StringVar(&v.compare, "compare", "", "run these variants one after another on the same data and seed, e.g. dense,topk:0.01,topk:0.01+q4")
 	fs.StringVar(&f.plot, "plot", "", "draw test accuracy and loss against epochs and wall time to FILE.png")
