@@ -11,6 +11,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -49,12 +50,9 @@ type Config struct {
 	Select        string // exact, sampled, reuse, random
 	WarmupEpochs  float64
 	ErrorFeedback bool
-	// Oversample and GlobalPeriod apply to the global scope: each rank
-	// selects Oversample·k entries, the global selection keeps k
-	// (compress.Config.Oversample), and an exact global threshold serves
-	// GlobalPeriod steps (sparcml.CompressorConfig.GlobalPeriod). Zero
+	// GlobalPeriod is, for the global scope, the steps an exact global
+	// threshold serves (sparcml.CompressorConfig.GlobalPeriod); zero
 	// means the library's default.
-	Oversample   float64
 	GlobalPeriod int
 }
 
@@ -149,8 +147,6 @@ func (c *Config) Check() error {
 		return fmt.Errorf("unknown --select %q (want exact, sampled, reuse or random)", c.Select)
 	case c.WarmupEpochs < 0:
 		return fmt.Errorf("--warmup-epochs %g < 0", c.WarmupEpochs)
-	case c.Oversample != 0 && !(c.Oversample >= 1):
-		return fmt.Errorf("--oversample %g < 1", c.Oversample)
 	case c.GlobalPeriod < 0:
 		return fmt.Errorf("--global-period %d < 0", c.GlobalPeriod)
 	case c.OnFailure != "" && c.OnFailure != "abort" && c.OnFailure != "shrink":
@@ -184,6 +180,10 @@ type Variant struct {
 	// largest over every rank (compress.ScopeGlobal, Ok-Topk's global
 	// top-k).
 	Scope compress.Scope
+	// Oversample, with the global scope, has every rank select
+	// Oversample·k entries while the global selection keeps k
+	// (compress.Config.Oversample); 0 or 1: k.
+	Oversample float64
 }
 
 // Name is the variant as ParseVariant reads it.
@@ -207,12 +207,16 @@ func (v Variant) Name() string {
 	if v.Scope == compress.ScopeGlobal {
 		s += "+global"
 	}
+	if v.Oversample > 1 {
+		s += "+over" + strconv.FormatFloat(v.Oversample, 'g', -1, 64)
+	}
 	return s
 }
 
 // ParseVariant reads "dense", "sparse", "topk:0.01", "topk:0.01+q4",
 // "topk:1%+fp16+noef", "topk:0.01+nomask", "topk:0.01+layers",
-// "topk:0.01+global": the reduction, its density and options.
+// "topk:0.01+global", "topk:0.01+global+over4" (every rank selects 4k,
+// the global selection keeps k): the reduction, its density and options.
 func ParseVariant(s string) (Variant, error) {
 	parts := strings.Split(strings.TrimSpace(s), "+")
 	head, density, hasDensity := strings.Cut(parts[0], ":")
@@ -256,6 +260,14 @@ func ParseVariant(s string) (Variant, error) {
 			v.Scope = compress.ScopeGlobal
 			continue
 		}
+		if f, ok := strings.CutPrefix(opt, "over"); ok {
+			x, err := strconv.ParseFloat(f, 64)
+			if err != nil || !(x >= 1) || math.IsInf(x, 1) {
+				return v, fmt.Errorf("variant %q: over%s: want a finite factor >= 1", s, f)
+			}
+			v.Oversample = x
+			continue
+		}
 		if opt == "layers" {
 			if head != "topk" {
 				return v, fmt.Errorf("variant %q: layers is an option of topk", s)
@@ -268,6 +280,9 @@ func ParseVariant(s string) (Variant, error) {
 			return v, fmt.Errorf("variant %q: %v", s, err)
 		}
 		v.Quant = q
+	}
+	if v.Oversample > 1 && v.Scope != compress.ScopeGlobal {
+		return v, fmt.Errorf("variant %q: over is an option of topk's global scope", s)
 	}
 	return v, nil
 }

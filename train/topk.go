@@ -36,7 +36,7 @@ func newTopK(comm *sparcml.Comm, v Variant, m model.Model, cfg *Config) (Reducer
 	}
 	zc := sparcml.CompressorConfig{Quant: v.Quant, Scope: v.Scope}
 	if v.Scope == compress.ScopeGlobal {
-		sp.Oversample, zc.GlobalPeriod = cfg.Oversample, cfg.GlobalPeriod
+		sp.Oversample, zc.GlobalPeriod = max(1, v.Oversample), cfg.GlobalPeriod
 	}
 	if v.PerLayer {
 		for _, t := range m.Tensors() {
