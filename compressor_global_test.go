@@ -53,19 +53,6 @@ func TestCompressorGlobalMatchesReference(t *testing.T) {
 	}
 }
 
-// TestCompressorGlobalOversampled is the same with every rank selecting
-// three times the k the global selection keeps (compress.Config.Oversample):
-// the reference's Sparsifiers select as many, the kept set is still the
-// top K of the sums.
-func TestCompressorGlobalOversampled(t *testing.T) {
-	for _, p := range []int{4, 8} {
-		t.Run(fmt.Sprintf("p%d", p), func(t *testing.T) {
-			cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.02, Oversample: 3, Momentum: 0.9, NoMomentumMasking: true}, Scope: compress.ScopeGlobal, GlobalPeriod: 3}
-			runGlobalReference(t, p, "seeded", cfg)
-		})
-	}
-}
-
 // TestCompressorGlobalMasksOnlyKept is the same with momentum correction
 // and momentum-factor masking: the velocity of an entry a rank selected
 // is cleared only if the global selection kept it; a dropped entry keeps

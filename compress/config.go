@@ -59,7 +59,6 @@ const (
 	DefaultReuseSteps     = 32
 	// WarmupStartDensity is the density of the first warm-up epoch.
 	WarmupStartDensity = 0.25
-	DefaultOversample  = 1
 )
 
 // Config is everything a Sparsifier does locally: how much it sends, how
@@ -73,13 +72,6 @@ type Config struct {
 	// lowers the density exponentially to Density over that many
 	// epochs, as Deep Gradient Compression does (see WarmupDensity).
 	WarmupEpochs float64
-
-	// Oversample, for a reduction that keeps only k of the ranks' sums
-	// (a global scope), selects Oversample·k entries of each layer
-	// (at most the layer) while the step still asks for k
-	// (StepInfo.K): more ranks then bring their value of an index the
-	// global selection keeps. Default 1.
-	Oversample float64
 
 	// Method chooses the entries; default Exact.
 	Method Method
@@ -133,9 +125,6 @@ func (c Config) withDefaults() Config {
 	if c.Density == 0 {
 		c.Density = DefaultDensity
 	}
-	if c.Oversample == 0 {
-		c.Oversample = DefaultOversample
-	}
 	if c.SampleFraction == 0 {
 		c.SampleFraction = DefaultSampleFraction
 	}
@@ -163,8 +152,6 @@ func (c *Config) validate(n int) error {
 		return bad("density %v outside (0, 1]", c.Density)
 	case !(c.WarmupEpochs >= 0) || math.IsInf(c.WarmupEpochs, 1):
 		return bad("warm-up epochs %v: want a finite number >= 0", c.WarmupEpochs)
-	case !(c.Oversample >= 1) || math.IsInf(c.Oversample, 1):
-		return bad("oversample %v: want a finite number >= 1", c.Oversample)
 	case int(c.Method) >= len(methodNames):
 		return bad("selection %v", c.Method)
 	case !(c.SampleFraction > 0 && c.SampleFraction <= 1):

@@ -106,8 +106,7 @@ func (s *Sparsifier[T]) Reset() {
 // StepInfo describes one Step.
 type StepInfo struct {
 	// Density is the density of the step (after warm-up) and K the count
-	// it asked for (the sum of every layer's ceil(Density*size); with
-	// Config.Oversample, Selected is about Oversample times K).
+	// it asked for (the sum of every layer's ceil(Density*size)).
 	Density float64
 	K       int
 	// Selected is the number of entries selected (the sparse vector's
@@ -146,12 +145,10 @@ func (s *Sparsifier[T]) Step(grad []T, out *sparse.Vector[T]) (StepInfo, error) 
 	fused := s.residual != nil && s.velocity == nil
 	info := StepInfo{Density: s.Density(), Threshold: math.Inf(1), Exact: true}
 	out.Reset(s.n)
-	local := min(1, info.Density*s.cfg.Oversample)
-	idx := reserve(out.Indices, s.most(local))
+	idx := reserve(out.Indices, s.most(info.Density))
 	for i := range s.layers {
 		l := &s.layers[i]
-		k := SelectCount(l.n, local)
-		info.K += SelectCount(l.n, info.Density)
+		k := SelectCount(l.n, info.Density)
 		base := len(idx)
 		var r Result
 		if fused {
@@ -164,6 +161,7 @@ func (s *Sparsifier[T]) Step(grad []T, out *sparse.Vector[T]) (StepInfo, error) 
 				idx[j] += uint32(l.off)
 			}
 		}
+		info.K += k
 		if r.Count > 0 {
 			info.Threshold = min(info.Threshold, r.Threshold)
 		}

@@ -235,7 +235,6 @@ func TestConfigErrors(t *testing.T) {
 		{Momentum: 1}, {Momentum: 0.9, NoErrorFeedback: true},
 		{Tolerance: 1}, {ReuseSteps: -1}, {Method: 9}, {WarmupEpochs: -1},
 		{LayerSizes: []int{5, 4}}, {LayerSizes: []int{11, -1}},
-		{Oversample: 0.5}, {Oversample: math.Inf(1)}, {Oversample: math.NaN()},
 	} {
 		_, err := NewSparsifier[float32](10, c)
 		require.True(t, errors.Is(err, ErrInvalid), "%+v: %v", c, err)
@@ -367,45 +366,4 @@ func testStepSelectsTopKOfUpdate[T Float](t *testing.T) {
 	}
 	t.Logf("%T: %d one-pass selections", *new(T), onePass)
 	require.Positive(t, onePass, "no step took the one-pass selection")
-}
-
-// With Oversample F a step selects the exact top ceil(min(1, F·d)·size)
-// of every layer (against a sort of the updated residual), and K stays
-// the count at the step's density d.
-func TestOversample(t *testing.T) {
-	const n = 5000
-	rng := rand.New(rand.NewPCG(7, 8))
-	for _, layers := range [][]int{nil, {100, 1900, 3000}} {
-		for _, c := range []struct{ density, factor float64 }{{0.01, 4}, {0.02, 2.5}, {0.3, 8}} {
-			s, err := NewSparsifier[float32](n, Config{Density: c.density, Oversample: c.factor, LayerSizes: layers})
-			require.NoError(t, err)
-			sizes := layers
-			if sizes == nil {
-				sizes = []int{n}
-			}
-			var out sparse.Vector[float32]
-			for step := range 3 {
-				g := make([]float32, n)
-				randomGradient(rng, g, 1)
-				v := slices.Clone(s.Residual())
-				for i := range v {
-					v[i] += g[i]
-				}
-				var want []uint32
-				wantK, off := 0, 0
-				for _, size := range sizes {
-					wantK += SelectCount(size, c.density)
-					for _, i := range refTopK(v[off:off+size], SelectCount(size, min(1, c.density*c.factor))) {
-						want = append(want, i+uint32(off))
-					}
-					off += size
-				}
-				info, err := s.Step(g, &out)
-				require.NoError(t, err)
-				require.Equal(t, wantK, info.K, "layers %v %+v step %d", layers, c, step)
-				require.Equal(t, len(want), info.Selected, "layers %v %+v step %d", layers, c, step)
-				require.Equal(t, want, out.Indices, "layers %v %+v step %d", layers, c, step)
-			}
-		}
-	}
 }

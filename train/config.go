@@ -11,7 +11,6 @@ package train
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -50,10 +49,6 @@ type Config struct {
 	Select        string // exact, sampled, reuse, random
 	WarmupEpochs  float64
 	ErrorFeedback bool
-	// GlobalPeriod is, for the global scope, the steps an exact global
-	// threshold serves (sparcml.CompressorConfig.GlobalPeriod); zero
-	// means the library's default.
-	GlobalPeriod int
 }
 
 // Defaults fills the zero fields of c with the defaults of its model:
@@ -147,8 +142,6 @@ func (c *Config) Check() error {
 		return fmt.Errorf("unknown --select %q (want exact, sampled, reuse or random)", c.Select)
 	case c.WarmupEpochs < 0:
 		return fmt.Errorf("--warmup-epochs %g < 0", c.WarmupEpochs)
-	case c.GlobalPeriod < 0:
-		return fmt.Errorf("--global-period %d < 0", c.GlobalPeriod)
 	case c.OnFailure != "" && c.OnFailure != "abort" && c.OnFailure != "shrink":
 		return fmt.Errorf("unknown --on-failure %q (want abort or shrink)", c.OnFailure)
 	}
@@ -180,10 +173,6 @@ type Variant struct {
 	// largest over every rank (compress.ScopeGlobal, Ok-Topk's global
 	// top-k).
 	Scope compress.Scope
-	// Oversample, with the global scope, has every rank select
-	// Oversample·k entries while the global selection keeps k
-	// (compress.Config.Oversample); 0 or 1: k.
-	Oversample float64
 }
 
 // Name is the variant as ParseVariant reads it.
@@ -207,16 +196,12 @@ func (v Variant) Name() string {
 	if v.Scope == compress.ScopeGlobal {
 		s += "+global"
 	}
-	if v.Oversample > 1 {
-		s += "+over" + strconv.FormatFloat(v.Oversample, 'g', -1, 64)
-	}
 	return s
 }
 
 // ParseVariant reads "dense", "sparse", "topk:0.01", "topk:0.01+q4",
 // "topk:1%+fp16+noef", "topk:0.01+nomask", "topk:0.01+layers",
-// "topk:0.01+global", "topk:0.01+global+over4" (every rank selects 4k,
-// the global selection keeps k): the reduction, its density and options.
+// "topk:0.01+global": the reduction, its density and options.
 func ParseVariant(s string) (Variant, error) {
 	parts := strings.Split(strings.TrimSpace(s), "+")
 	head, density, hasDensity := strings.Cut(parts[0], ":")
@@ -260,14 +245,6 @@ func ParseVariant(s string) (Variant, error) {
 			v.Scope = compress.ScopeGlobal
 			continue
 		}
-		if f, ok := strings.CutPrefix(opt, "over"); ok {
-			x, err := strconv.ParseFloat(f, 64)
-			if err != nil || !(x >= 1) || math.IsInf(x, 1) {
-				return v, fmt.Errorf("variant %q: over%s: want a finite factor >= 1", s, f)
-			}
-			v.Oversample = x
-			continue
-		}
 		if opt == "layers" {
 			if head != "topk" {
 				return v, fmt.Errorf("variant %q: layers is an option of topk", s)
@@ -280,9 +257,6 @@ func ParseVariant(s string) (Variant, error) {
 			return v, fmt.Errorf("variant %q: %v", s, err)
 		}
 		v.Quant = q
-	}
-	if v.Oversample > 1 && v.Scope != compress.ScopeGlobal {
-		return v, fmt.Errorf("variant %q: over is an option of topk's global scope", s)
 	}
 	return v, nil
 }

@@ -34,17 +34,12 @@ func newTopK(comm *sparcml.Comm, v Variant, m model.Model, cfg *Config) (Reducer
 	if !v.NoEF {
 		sp.Momentum = cfg.Momentum
 	}
-	zc := sparcml.CompressorConfig{Quant: v.Quant, Scope: v.Scope}
-	if v.Scope == compress.ScopeGlobal {
-		sp.Oversample, zc.GlobalPeriod = max(1, v.Oversample), cfg.GlobalPeriod
-	}
 	if v.PerLayer {
 		for _, t := range m.Tensors() {
 			sp.LayerSizes = append(sp.LayerSizes, t.Size())
 		}
 	}
-	zc.Sparsify = sp
-	z, err := sparcml.NewCompressor[float32](comm, len(m.Params()), zc)
+	z, err := sparcml.NewCompressor[float32](comm, len(m.Params()), sparcml.CompressorConfig{Sparsify: sp, Quant: v.Quant, Scope: v.Scope})
 	if err != nil {
 		return nil, fmt.Errorf("topk: %w", err)
 	}

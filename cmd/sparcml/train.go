@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -52,7 +51,6 @@ type trainFlags struct {
 type trainFlagValues struct {
 	hidden, reduce, density, quant, compare, scope string
 	noEF, noMask, perLayer                         bool
-	oversample                                     float64
 }
 
 // newTrainFlags declares every flag of `sparcml train` once, with its
@@ -89,8 +87,6 @@ func newTrainFlags(f *trainFlags, v *trainFlagValues) *flag.FlagSet {
 	fs.BoolVar(&v.noEF, "no-error-feedback", false, "topk: drop what is not sent (the ablation)")
 	fs.BoolVar(&v.noMask, "no-momentum-masking", false, "topk: keep the velocity of the entries sent (no DGC momentum-factor masking)")
 	fs.StringVar(&v.scope, "scope", "union", "topk: union sums every rank's selection exactly; global keeps about --density of those sums, the largest over every rank (Ok-Topk's global top-k; lossy)")
-	fs.Float64Var(&v.oversample, "oversample", 1, "topk --scope global: each rank selects this many times k = --density·n, the global selection keeps k (in --compare: +overF)")
-	fs.IntVar(&c.GlobalPeriod, "global-period", 0, "topk --scope global: steps an exact global threshold serves, estimated in between (default 8)")
 	fs.BoolVar(&v.perLayer, "per-layer", false, "topk: select the top entries of every tensor separately (default: over the whole model)")
 	fs.StringVar(&v.compare, "compare", "", "run these variants one after another on the same data and seed, e.g. dense,topk:0.01,topk:0.01+q4")
 	fs.StringVar(&f.plot, "plot", "", "draw test accuracy and loss against epochs and wall time to FILE.png")
@@ -153,10 +149,6 @@ func parseTrainFlags(args []string) (*trainFlags, error) {
 			return nil, usagef("--scope %q: want union or global, global with --reduce topk", v.scope)
 		}
 		variant.Scope = scope
-		if v.oversample != 1 && (scope != compress.ScopeGlobal || !(v.oversample >= 1) || math.IsInf(v.oversample, 1)) {
-			return nil, usagef("--oversample %g: want a finite factor >= 1, with --scope global", v.oversample)
-		}
-		variant.Oversample = v.oversample
 		if v.reduce == "topk" {
 			d, err := train.ParseFraction(v.density)
 			if err != nil {
