@@ -9,6 +9,10 @@
 //
 //	go run ./train/plot/jsonplot -o conv.png -title "..." \
 //	    -variants dense,topk:0.01+nomask,topk:0.01+nomask+global a.jsonl b.jsonl
+//
+// A file given as FILE.jsonl:LABEL has LABEL appended to the names of its
+// variants, for runs of one variant under other flags (a warm-up, a seed):
+// b.jsonl:" warm-up 4" draws "topk:0.01+nomask+global warm-up 4".
 package main
 
 import (
@@ -43,19 +47,24 @@ func run(out, title, only string, files []string) error {
 	byVariant := map[string][]train.Record{}
 	from := map[string]string{}
 	var order []string
-	for _, f := range files {
+	for _, arg := range files {
+		f, label := arg, ""
+		if i := strings.LastIndex(arg, ".jsonl:"); i >= 0 {
+			f, label = arg[:i+len(".jsonl")], arg[i+len(".jsonl:"):]
+		}
 		recs, err := read(f)
 		if err != nil {
 			return err
 		}
 		for _, r := range recs {
+			r.Variant += label
 			switch from[r.Variant] {
 			case "":
-				from[r.Variant] = f
+				from[r.Variant] = arg
 				order = append(order, r.Variant)
-			case f:
+			case arg:
 			default:
-				return fmt.Errorf("variant %q is in both %s and %s: give one run of each", r.Variant, from[r.Variant], f)
+				return fmt.Errorf("variant %q is in both %s and %s: give one run of each, or a label (FILE.jsonl:LABEL)", r.Variant, from[r.Variant], arg)
 			}
 			byVariant[r.Variant] = append(byVariant[r.Variant], r)
 		}
