@@ -18,8 +18,10 @@ import (
 //
 //  0. Exact calls only (every GlobalTopkState.Period calls, and whenever K
 //     changes): the counts-and-samples allgather of ssar-split's balanced
-//     ranges (Bruck: each rank sends P-1 records of 48+4q bytes, q =
-//     globalTopkSamples(P)); the calls in between reuse those ranges.
+//     ranges (each rank sends P-1 records of 48+4q bytes, q =
+//     globalTopkSamples(P), staggered by rank; in one round when
+//     spDirectAgree, else Bruck's); the calls in between reuse those
+//     ranges.
 //  1. Sparse reduce-scatter to the owners of the ranges (ssar-split's
 //     scatterToOwners): P-1 messages, k_r·c·(P-1)/P bytes.
 //  2. Each owner sums its range in rank order and keeps the nonzero sums
@@ -146,7 +148,7 @@ func globalTopkSamples(p int) int { return min(max(4096/max(p, 1), 16), 256) }
 func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkState, opts GlobalTopkOptions, res *GlobalTopkStats) error {
 	exact := st.exactDue(opts.K, c.in.Dim, c.p)
 	if exact {
-		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, spExchange{q: globalTopkSamples(c.p)})
+		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, spExchange{q: globalTopkSamples(c.p), stagger: true, direct: spDirectAgree(opts.Model, c.p)})
 		if err != nil {
 			return err
 		}
