@@ -20,7 +20,7 @@ const spStepSelect = 1 << 24
 // share the prefix found so far by their next 8 bits, allreduces the 256
 // counts, and descends into the bucket holding the K-th key. A bucket
 // whose every key is kept ends the search early, at its lowest key.
-// Counts travel as float64, exact up to 2^53 entries.
+// Counts are exact (allreduceCounts).
 func (c *spCall[T]) selectKth(red *sparse.Vector[T], k int, res *GlobalTopkStats) (globalTopkCut, error) {
 	if k == 0 {
 		return globalTopkCut{key: math.MaxUint64, quota: 0}, nil
@@ -82,11 +82,26 @@ func (c *spCall[T]) tieQuota(keys []uint64, key uint64, need float64, res *Globa
 }
 
 // allreduceCounts sums counts over the ranks, on a view of the op whose
-// steps are the round's own.
+// steps are the round's own. Every count and partial sum is a number of
+// sums, at most the dimension, so up to 2^24 entries they travel as
+// float32, exactly, in half the bytes.
 func (c *spCall[T]) allreduceCounts(counts []float64, res *GlobalTopkStats) error {
 	sub := subOpFixed(c.op, spAllRanks(c.p), spStepSelect+uint32(res.Rounds)<<16)
 	res.Rounds++
-	return runAllreduce(sub, counts, Sum, AlgoRecursiveDoubling, segmentElems[float64](sub))
+	if c.in.Dim > 1<<24 {
+		return runAllreduce(sub, counts, Sum, AlgoRecursiveDoubling, segmentElems[float64](sub))
+	}
+	narrow := make([]float32, len(counts))
+	for i, x := range counts {
+		narrow[i] = float32(x)
+	}
+	if err := runAllreduce(sub, narrow, Sum, AlgoRecursiveDoubling, segmentElems[float32](sub)); err != nil {
+		return err
+	}
+	for i, x := range narrow {
+		counts[i] = float64(x)
+	}
+	return nil
 }
 
 func sumCounts(h []float64) float64 {
