@@ -31,8 +31,9 @@ import (
 //     8 for float64, fewer when a digit settles it), each round an
 //     allreduce of 256 counts (2 KiB, recursive doubling); entries at the
 //     K-th magnitude itself are kept in index order up to K, each owner's
-//     share from one allreduce of P counts. Exactly min(K, nonzero sums)
-//     are kept.
+//     share from one allreduce of P counts, or two of about sqrt P when
+//     the model predicts them cheaper (tieGroup). Counts travel as
+//     float32 up to 2^24 entries. Exactly min(K, nonzero sums) are kept.
 //     - other calls: the state's estimate (EstimateHistogram: one
 //     allreduce of 257 counts of the sums by magnitude around the last
 //     threshold, the exact selection when the K-th falls outside them;
@@ -43,7 +44,7 @@ import (
 // Messages: P-1 + ceil(log2 P), plus on exact calls ceil(log2 P) for the
 // ranges and ceil(log2 P) per selection round (one round on estimated
 // calls). Bytes sent per rank: (k_r + K)·c·(P-1)/P, plus about
-// 2 KiB·ceil(log2 P) per selection round; Ok-Topk's bound is
+// 1 KiB·ceil(log2 P) per selection round; Ok-Topk's bound is
 // 6K(P-1)/P words (index and value).
 //
 // Every index is decided by exactly one owner, so the result is the same
@@ -166,7 +167,7 @@ func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkSta
 	if err := sparse.SumAll(red, parts); err != nil {
 		return c.op.Fail(err)
 	}
-	cut, err := c.thresholdRule(red, st, opts.K, &exact, res)
+	cut, err := c.thresholdRule(red, st, opts, &exact, res)
 	if err != nil {
 		return err
 	}
@@ -186,7 +187,8 @@ func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkSta
 // thresholdRule returns the rule of this call: the exact selection on an
 // exact call, else the state's estimate (which may fall back to the exact
 // selection, setting *exact).
-func (c *spCall[T]) thresholdRule(red *sparse.Vector[T], st *GlobalTopkState, k int, exact *bool, res *GlobalTopkStats) (globalTopkCut, error) {
+func (c *spCall[T]) thresholdRule(red *sparse.Vector[T], st *GlobalTopkState, opts GlobalTopkOptions, exact *bool, res *GlobalTopkStats) (globalTopkCut, error) {
+	k := opts.K
 	if !*exact {
 		if st.Estimator == EstimateReuse {
 			return globalTopkCut{key: magnitudeKey[T](st.threshold), quota: math.MaxInt}, nil
@@ -197,7 +199,7 @@ func (c *spCall[T]) thresholdRule(red *sparse.Vector[T], st *GlobalTopkState, k 
 		}
 		*exact = true
 	}
-	return c.selectKth(red, k, res)
+	return c.selectKth(red, k, opts.Model, res)
 }
 
 // globalTopkCut is the threshold rule: an owner keeps a nonzero sum whose
