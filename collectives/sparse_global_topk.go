@@ -29,7 +29,7 @@ import (
 //     - exact calls: the K-th largest magnitude over every owner by radix
 //     selection on its bits, 8 bits a round (at most 4 rounds for float32,
 //     8 for float64, fewer when a digit settles it), each round an
-//     allreduce of 256 counts (2 KiB, recursive doubling); entries at the
+//     allreduce of 256 counts (1 KiB, recursive doubling); entries at the
 //     K-th magnitude itself are kept in index order up to K, each owner's
 //     share from one allreduce of P counts, or two of about sqrt P when
 //     the model predicts them cheaper (tieGroup). Counts travel as

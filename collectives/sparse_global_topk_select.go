@@ -174,7 +174,7 @@ type ThresholdEstimator uint8
 const (
 	// EstimateHistogram (the default) counts every owner's sums in 256
 	// buckets of 1/32 octave around the last threshold (one allreduce of
-	// 257 counts, 2 KiB) and keeps the sums above the bucket edge whose
+	// 257 counts, 1 KiB) and keeps the sums above the bucket edge whose
 	// count is nearest K; when the K-th sum falls outside the buckets'
 	// range (a factor 16 either way) the call selects exactly instead.
 	// It follows magnitudes that drift between exact calls, as error
