@@ -18,8 +18,10 @@ import (
 //
 //  0. Exact calls only (every GlobalTopkState.Period calls, and whenever K
 //     changes): the counts-and-samples allgather of ssar-split's balanced
-//     ranges (Bruck: each rank sends P-1 records of 48+4q bytes, q =
-//     globalTopkSamples(P)); the calls in between reuse those ranges.
+//     ranges (each rank sends P-1 records of 48+4q bytes, q =
+//     globalTopkSamples(P), staggered by rank; in one round when
+//     spDirectAgree, else Bruck's); the calls in between reuse those
+//     ranges.
 //  1. Sparse reduce-scatter to the owners of the ranges (ssar-split's
 //     scatterToOwners): P-1 messages, k_r·c·(P-1)/P bytes.
 //  2. Each owner sums its range in rank order and keeps the nonzero sums
@@ -27,10 +29,11 @@ import (
 //     - exact calls: the K-th largest magnitude over every owner by radix
 //     selection on its bits, 8 bits a round (at most 4 rounds for float32,
 //     8 for float64, fewer when a digit settles it), each round an
-//     allreduce of 256 counts (2 KiB, recursive doubling); entries at the
+//     allreduce of 256 counts (1 KiB, recursive doubling); entries at the
 //     K-th magnitude itself are kept in index order up to K, each owner's
-//     share from one allreduce of P counts. Exactly min(K, nonzero sums)
-//     are kept.
+//     share from one allreduce of P counts, or two of about sqrt P when
+//     the model predicts them cheaper (tieGroup). Counts travel as
+//     float32 up to 2^24 entries. Exactly min(K, nonzero sums) are kept.
 //     - other calls: the state's estimate (EstimateHistogram: one
 //     allreduce of 257 counts of the sums by magnitude around the last
 //     threshold, the exact selection when the K-th falls outside them;
@@ -41,7 +44,7 @@ import (
 // Messages: P-1 + ceil(log2 P), plus on exact calls ceil(log2 P) for the
 // ranges and ceil(log2 P) per selection round (one round on estimated
 // calls). Bytes sent per rank: (k_r + K)·c·(P-1)/P, plus about
-// 2 KiB·ceil(log2 P) per selection round; Ok-Topk's bound is
+// 1 KiB·ceil(log2 P) per selection round; Ok-Topk's bound is
 // 6K(P-1)/P words (index and value).
 //
 // Every index is decided by exactly one owner, so the result is the same
@@ -133,20 +136,21 @@ type GlobalTopkStats struct {
 }
 
 // globalTopkSamples is the index samples each rank contributes to the
-// balanced ranges: 4096 over every rank, at least 16 per rank and at most
+// balanced ranges: 4096 over every rank, at least 4 per rank and at most
 // 256. The ranges are cut from every rank's samples merged
-// (balancedBounds), so 16 per range in all place a boundary within about
-// a sixteenth of a range's share; with 256 per rank the samples'
-// allgather alone would send 1072·(P-1) bytes per rank, 273 KB at P =
-// 256, more than the data of 1% of 1M entries (`sparcml sim --op
-// compress`, docs/SIMULATION.md).
-func globalTopkSamples(p int) int { return min(max(4096/max(p, 1), 16), 256) }
+// (balancedBounds); staggered by rank, the ranks' samples fall at P·q
+// distinct quantiles, 4 or more per range. Each sample is 4 bytes sent to
+// P-1 ranks: at 1% of 256K on 10 Gbit/s, 4 a rank at 1024 ranks sent
+// fewer bytes and took less time than 16, and 8 at 512 than 16
+// (`sparcml sim -n 512,1024 --op compress --scope global`,
+// docs/SIMULATION.md).
+func globalTopkSamples(p int) int { return min(max(4096/max(p, 1), 4), 256) }
 
 // globalTopk runs the schedule of GlobalTopk.
 func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkState, opts GlobalTopkOptions, res *GlobalTopkStats) error {
 	exact := st.exactDue(opts.K, c.in.Dim, c.p)
 	if exact {
-		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, spExchange{q: globalTopkSamples(c.p)})
+		ag, err := c.agreeSampled(SparseOptions{Algo: AlgoSSARSplitAllgather, Balanced: true, Model: opts.Model}, spExchange{q: globalTopkSamples(c.p), stagger: true, direct: spDirectAgree(opts.Model, c.p)})
 		if err != nil {
 			return err
 		}
@@ -164,7 +168,7 @@ func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkSta
 	if err := sparse.SumAll(red, parts); err != nil {
 		return c.op.Fail(err)
 	}
-	cut, err := c.thresholdRule(red, st, opts.K, &exact, res)
+	cut, err := c.thresholdRule(red, st, opts, &exact, res)
 	if err != nil {
 		return err
 	}
@@ -184,7 +188,8 @@ func (c *spCall[T]) globalTopk(out, dropped *sparse.Vector[T], st *GlobalTopkSta
 // thresholdRule returns the rule of this call: the exact selection on an
 // exact call, else the state's estimate (which may fall back to the exact
 // selection, setting *exact).
-func (c *spCall[T]) thresholdRule(red *sparse.Vector[T], st *GlobalTopkState, k int, exact *bool, res *GlobalTopkStats) (globalTopkCut, error) {
+func (c *spCall[T]) thresholdRule(red *sparse.Vector[T], st *GlobalTopkState, opts GlobalTopkOptions, exact *bool, res *GlobalTopkStats) (globalTopkCut, error) {
+	k := opts.K
 	if !*exact {
 		if st.Estimator == EstimateReuse {
 			return globalTopkCut{key: magnitudeKey[T](st.threshold), quota: math.MaxInt}, nil
@@ -195,7 +200,7 @@ func (c *spCall[T]) thresholdRule(red *sparse.Vector[T], st *GlobalTopkState, k 
 		}
 		*exact = true
 	}
-	return c.selectKth(red, k, res)
+	return c.selectKth(red, k, opts.Model, res)
 }
 
 // globalTopkCut is the threshold rule: an owner keeps a nonzero sum whose

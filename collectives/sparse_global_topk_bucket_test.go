@@ -89,3 +89,17 @@ func BenchmarkEstimateBucket(b *testing.B) {
 		}
 	})
 }
+
+// TestTieGroupSplits: tieQuota splits the owners into groups of ceil(sqrt
+// P) when bytes dominate the model, and keeps one allreduce when rounds do.
+func TestTieGroupSplits(t *testing.T) {
+	for _, p := range []int{5, 8, 13} {
+		want := int(math.Ceil(math.Sqrt(float64(p))))
+		if g := tieGroup(CostModel{Beta: 1e-9}, p, 4); g != want {
+			t.Errorf("P=%d, bandwidth alone: group %d, want %d", p, g, want)
+		}
+		if g := tieGroup(CostModel{Alpha: 1e-5}, p, 4); g != p {
+			t.Errorf("P=%d, latency alone: group %d, want %d", p, g, p)
+		}
+	}
+}

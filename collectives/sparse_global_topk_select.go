@@ -20,8 +20,8 @@ const spStepSelect = 1 << 24
 // share the prefix found so far by their next 8 bits, allreduces the 256
 // counts, and descends into the bucket holding the K-th key. A bucket
 // whose every key is kept ends the search early, at its lowest key.
-// Counts travel as float64, exact up to 2^53 entries.
-func (c *spCall[T]) selectKth(red *sparse.Vector[T], k int, res *GlobalTopkStats) (globalTopkCut, error) {
+// Counts are exact (allreduceCounts).
+func (c *spCall[T]) selectKth(red *sparse.Vector[T], k int, m CostModel, res *GlobalTopkStats) (globalTopkCut, error) {
 	if k == 0 {
 		return globalTopkCut{key: math.MaxUint64, quota: 0}, nil
 	}
@@ -60,33 +60,99 @@ func (c *spCall[T]) selectKth(red *sparse.Vector[T], k int, res *GlobalTopkStats
 	}
 	// prefix is the K-th key itself, held by more entries than the need
 	// left: they are kept in index order, owner by owner.
-	quota, err := c.tieQuota(keys, prefix, need, res)
+	quota, err := c.tieQuota(keys, prefix, need, m, res)
 	return globalTopkCut{key: prefix, quota: quota}, err
 }
 
 // tieQuota returns how many of this owner's keys equal to key it keeps:
-// the owners' counts are allreduced (each in its own slot), and the first
-// need entries in index order are kept, owners holding consecutive ranges.
-func (c *spCall[T]) tieQuota(keys []uint64, key uint64, need float64, res *GlobalTopkStats) (int, error) {
-	counts := make([]float64, c.p)
+// the first need entries in index order, owners holding consecutive
+// ranges. Each owner needs the ties of the owners before it: the owners
+// form groups of G consecutive ranks (tieGroup), every rank learns every
+// group's total (an allreduce of P/G counts) and its group's members'
+// counts (an allreduce of G counts within the group). With G = P that is
+// one allreduce of P counts.
+func (c *spCall[T]) tieQuota(keys []uint64, key uint64, need float64, m CostModel, res *GlobalTopkStats) (int, error) {
+	mine := 0.0
 	for _, x := range keys {
 		if x == key {
-			counts[c.rank]++
+			mine++
 		}
 	}
-	if err := c.allreduceCounts(counts, res); err != nil {
+	g := tieGroup(m, c.p, c.countBytes())
+	group, lo := c.rank/g, c.rank/g*g
+	groups := make([]float64, (c.p+g-1)/g)
+	groups[group] = mine
+	if len(groups) > 1 {
+		if err := c.allreduceCountsOver(spAllRanks(c.p), groups, res); err != nil {
+			return 0, err
+		}
+	}
+	members := make([]int, 0, g)
+	for r := lo; r < min(lo+g, c.p); r++ {
+		members = append(members, r)
+	}
+	counts := make([]float64, len(members))
+	counts[c.rank-lo] = mine
+	if err := c.allreduceCountsOver(members, counts, res); err != nil {
 		return 0, err
 	}
-	left := need - sumCounts(counts[:c.rank])
-	return int(max(0, min(left, counts[c.rank]))), nil
+	left := need - sumCounts(groups[:group]) - sumCounts(counts[:c.rank-lo])
+	return int(max(0, min(left, mine))), nil
+}
+
+// tieGroup is tieQuota's group size: ceil(sqrt P), 2·sqrt P counts in
+// two allreduces instead of P in one, when the model predicts that
+// cheaper (recursive doubling: ceil(log2 m) rounds of Alpha plus the
+// counts' bytes), else P. At 1% of 256K on 10 Gbit/s the one allreduce of
+// P counts took longer at 1024 ranks, and the two at 256, whose extra
+// rounds cost more than the bytes they save (`sparcml sim -n 256,1024
+// --op compress --scope global`, docs/SIMULATION.md).
+func tieGroup(m CostModel, p, width int) int {
+	g := int(math.Ceil(math.Sqrt(float64(p))))
+	cost := func(ranks, counts int) float64 {
+		return float64(ceilLog2(ranks)) * (m.Alpha + float64(counts*width)*m.Beta)
+	}
+	if cost(p, (p+g-1)/g)+cost(g, g) < cost(p, p) {
+		return g
+	}
+	return p
+}
+
+// countBytes is the bytes of a count on the wire (allreduceCounts).
+func (c *spCall[T]) countBytes() int {
+	if c.in.Dim > 1<<24 {
+		return 8
+	}
+	return 4
 }
 
 // allreduceCounts sums counts over the ranks, on a view of the op whose
-// steps are the round's own.
+// steps are the round's own. Every count and partial sum is a number of
+// sums, at most the dimension, so up to 2^24 entries they travel as
+// float32, exactly, in half the bytes.
 func (c *spCall[T]) allreduceCounts(counts []float64, res *GlobalTopkStats) error {
-	sub := subOpFixed(c.op, spAllRanks(c.p), spStepSelect+uint32(res.Rounds)<<16)
+	return c.allreduceCountsOver(spAllRanks(c.p), counts, res)
+}
+
+// allreduceCountsOver is allreduceCounts among the given ranks (the
+// ranks of other groups run the same step among theirs).
+func (c *spCall[T]) allreduceCountsOver(ranks []int, counts []float64, res *GlobalTopkStats) error {
+	sub := subOpFixed(c.op, ranks, spStepSelect+uint32(res.Rounds)<<16)
 	res.Rounds++
-	return runAllreduce(sub, counts, Sum, AlgoRecursiveDoubling, segmentElems[float64](sub))
+	if c.countBytes() == 8 {
+		return runAllreduce(sub, counts, Sum, AlgoRecursiveDoubling, segmentElems[float64](sub))
+	}
+	narrow := make([]float32, len(counts))
+	for i, x := range counts {
+		narrow[i] = float32(x)
+	}
+	if err := runAllreduce(sub, narrow, Sum, AlgoRecursiveDoubling, segmentElems[float32](sub)); err != nil {
+		return err
+	}
+	for i, x := range narrow {
+		counts[i] = float64(x)
+	}
+	return nil
 }
 
 func sumCounts(h []float64) float64 {
@@ -108,7 +174,7 @@ type ThresholdEstimator uint8
 const (
 	// EstimateHistogram (the default) counts every owner's sums in 256
 	// buckets of 1/32 octave around the last threshold (one allreduce of
-	// 257 counts, 2 KiB) and keeps the sums above the bucket edge whose
+	// 257 counts, 1 KiB) and keeps the sums above the bucket edge whose
 	// count is nearest K; when the K-th sum falls outside the buckets'
 	// range (a factor 16 either way) the call selects exactly instead.
 	// It follows magnitudes that drift between exact calls, as error

@@ -322,3 +322,18 @@ func TestGlobalTopkMismatchedK(t *testing.T) {
 		t.Fatalf("no rank failed with ErrMismatch: %v", errs)
 	}
 }
+
+// A model of bandwidth alone makes tieQuota split the owners into groups
+// (TestTieGroupSplits): the ties at the K-th magnitude are still kept by
+// index across the groups, as the reference keeps them.
+func TestGlobalTopkTiesInGroups(t *testing.T) {
+	for _, p := range []int{5, 8, 13} {
+		t.Run(fmt.Sprintf("p%d", p), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(p), 7))
+			in := gtkInputs[float32](rng, p, 2000, 60, "ties")
+			opts := collectives.GlobalTopkOptions{K: 60, Model: collectives.CostModel{Beta: 1e-9}}
+			res := gtkRun(t, in, 2, collectives.GlobalTopkState{Period: 1}, opts)
+			gtkCheck(t, in, 60, collectives.Sum, res)
+		})
+	}
+}
