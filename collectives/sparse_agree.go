@@ -40,14 +40,29 @@ const (
 // Gbit/s, where forced ssar-split took 1477 (`sparcml sim -n 256 --op
 // sparse-allreduce --sizes 256K --density 0.01 --indices raw --algo
 // all`, docs/SIMULATION.md, "Auto against the best forced algorithm").
+//
+// Past 256 ranks spSampleBudget bounds the samples each rank receives
+// instead: 128 a rank at 1024 ranks were 0.5 MB received by each, auto
+// 1.30x forced ssar-split at 1% of 256K (SIMULATION.md, the 10 Gbit/s
+// sparse table's rows at 512 and 1024).
 func spSampleCount(p, nnz int) int {
-	return min(max(16*p, 32), spMaxSamples, (nnz+spSampleEntries-1)/spSampleEntries)
+	perRank := min(spMaxSamples, max(spMinSamples, spSampleBudget/max(p, 1)))
+	return min(max(16*p, 32), perRank, (nnz+spSampleEntries-1)/spSampleEntries)
 }
 
 // spMaxSamples bounds a rank's samples: enough that a skew of the equal
 // ranges stands out of the samples' noise (equalRangesSkewed) at 1.25x
-// the mean share at 256 ranks and 1.4x at 1024.
+// the mean share at 256 ranks.
 const spMaxSamples = 128
+
+// spSampleBudget is the samples a rank receives in all (128 KB) past 256
+// ranks, and spMinSamples the fewest a rank then sends; a power-law
+// support and a hot range still stand out at 1024 ranks
+// (TestEqualRangesSkewed).
+const (
+	spSampleBudget = 32768
+	spMinSamples   = 16
+)
 
 // spSampleEntries is the fewest entries a sample stands for.
 const spSampleEntries = 8

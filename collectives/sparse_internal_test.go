@@ -323,6 +323,14 @@ func TestEqualRangesSkewed(t *testing.T) {
 		{"uniform 128 ranks 0.1%", 128, dim / 1000, func(rng *rand.Rand) uint32 { return rng.Uint32N(dim) }, false},
 		{"uniform 8 ranks 1%", 8, dim / 100, func(rng *rand.Rand) uint32 { return rng.Uint32N(dim) }, false},
 		{"power law 256 ranks 1%", 256, dim / 100, func(rng *rand.Rand) uint32 { return uint32(dim * math.Pow(rng.Float64(), 6)) }, true},
+		{"uniform 1024 ranks 1%", 1024, dim / 100, func(rng *rand.Rand) uint32 { return rng.Uint32N(dim) }, false},
+		{"power law 1024 ranks 1%", 1024, dim / 100, func(rng *rand.Rand) uint32 { return uint32(dim * math.Pow(rng.Float64(), 6)) }, true},
+		{"hot range 1024 ranks 1%", 1024, dim / 100, func(rng *rand.Rand) uint32 {
+			if rng.IntN(250) == 0 {
+				return dim/2 + rng.Uint32N(dim/256)
+			}
+			return rng.Uint32N(dim)
+		}, true},
 		{"hot range 256 ranks 1%", 256, dim / 100, func(rng *rand.Rand) uint32 {
 			if rng.IntN(250) == 0 {
 				return dim/2 + rng.Uint32N(dim/256)
