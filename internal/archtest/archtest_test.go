@@ -63,17 +63,7 @@ func TestPackageTableMatchesDoc(t *testing.T) {
 // as `go list` gives them, in the doc's naming.
 func goListGraph(t *testing.T) (pkgs, edges []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...")
-	cmd.Dir = filepath.Join("..", "..")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc := bufio.NewScanner(bytes.NewReader(goList(t, `{{.ImportPath}} {{join .Imports " "}}`)))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) == 0 {
@@ -88,6 +78,23 @@ func goListGraph(t *testing.T) (pkgs, edges []string) {
 		}
 	}
 	return pkgs, edges
+}
+
+// goList runs `go list -f format` over the module's packages and returns
+// its output, a line per package.
+func goList(t *testing.T, format string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool(), "list", "-f", format, module+"/...")
+	cmd.Dir = filepath.Join("..", "..")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	return out
 }
 
 // goTool is the go command of the toolchain running the test.

@@ -3,14 +3,11 @@ package archtest
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // envReaders may read the process's environment: the public API, which
@@ -27,16 +24,7 @@ var readsEnv = regexp.MustCompile(`\bos\.(Getenv|LookupEnv|Environ)\(`)
 // by internal/config through the getenv the API passes it, so no other
 // library package calls os.Getenv, os.LookupEnv or os.Environ.
 func TestOnlyTheAPIReadsTheEnvironment(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "list", "-f", `{{.ImportPath}} {{.Dir}} {{join .GoFiles " "}} {{join .CgoFiles " "}}`, module+"/...")
-	cmd.Dir = filepath.Join("..", "..")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
+	out := goList(t, `{{.ImportPath}} {{.Dir}} {{join .GoFiles " "}} {{join .CgoFiles " "}}`)
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	checked := 0
 	for sc.Scan() {
