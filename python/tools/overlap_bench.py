@@ -35,11 +35,11 @@ per bucket setting, a summary: the overlap fraction
 (compute + comm - step) / min(compute, comm) of async and default, and
 each step over max(compute, comm).
 
-After the rounds, one step of async and one of comm per setting are
-traced on rank 0 ("overlap-timeline"): per bucket, when its hook was
-called (its gradients ready) and when its Future completed, in ms from
-the backward pass's start (from the start of the allreduces for comm),
-and when backward() returned.
+After the rounds, 5 steps of async and 3 of comm per setting are traced
+("overlap-timeline", rank 0's medians over the steps): per bucket, when
+its hook was called (its gradients ready) and when its Future completed,
+in ms from the backward pass's start (from the start of the allreduces
+for comm), the forward pass's time and when backward() returned.
 """
 
 import argparse
@@ -150,13 +150,15 @@ def comm_only(comm, buckets):
         r.wait()
 
 
-def timeline_async(base, cap, x):
-    """One traced step of the async hook (after two untraced ones)."""
+def timeline_async(base, cap, x, steps=5):
+    """Traced steps of the async hook (after two untraced ones): the
+    median over steps of each time."""
     marks = {}
     ddp = ddp_of(base, cap)
     ddp.register_comm_hook(marks, timed_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    for _ in range(3):
+    traces = []
+    for i in range(2 + steps):
         marks.clear()
         dist.barrier()
         opt.zero_grad()
@@ -166,29 +168,34 @@ def timeline_async(base, cap, x):
         loss.backward()
         t1 = time.perf_counter()
         opt.step()
-    ms = lambda v: round((v - t0) * 1e3, 2)  # noqa: E731
-    return {"forward_ms": round((t0 - t) * 1e3, 2), "backward_returned_ms": ms(t1),
-            "ready_ms": [ms(marks[i][0]) for i in sorted(marks)],
-            "done_ms": [ms(marks[i][1]) for i in sorted(marks)]}
+        if i >= 2:
+            ms = [(v - t0) * 1e3 for v in (t, t1)]
+            traces.append([-ms[0], ms[1]] + [(marks[b][k] - t0) * 1e3 for k in (0, 1) for b in sorted(marks)])
+    med = [round(statistics.median(col), 2) for col in zip(*traces)]
+    n = len(marks)
+    return {"steps": steps, "forward_ms": med[0], "backward_returned_ms": med[1],
+            "ready_ms": med[2:2 + n], "done_ms": med[2 + n:]}
 
 
-def timeline_comm(buckets):
+def timeline_comm(buckets, steps=3):
     """The comm variant's allreduces started together as async all_reduce
     Works on the backend, each Future's completion recorded (the progress
-    thread completes them in start order)."""
-    done = {}
-    for _ in range(2):
-        done.clear()
+    thread completes them in start order): medians over steps."""
+    traces = []
+    for i in range(1 + steps):
+        done = {}
         dist.barrier()
         t0 = time.perf_counter()
         futs = []
-        for i, b in enumerate(buckets):
-            fut = dist.all_reduce(b, async_op=True).get_future()
-            futs.append(fut.then(lambda f, i=i: done.__setitem__(i, time.perf_counter())))
+        for b, buf in enumerate(buckets):
+            fut = dist.all_reduce(buf, async_op=True).get_future()
+            futs.append(fut.then(lambda f, b=b: done.__setitem__(b, time.perf_counter())))
         torch.futures.wait_all(futs)
         t1 = time.perf_counter()
-    return {"done_ms": [round((done[i] - t0) * 1e3, 2) for i in sorted(done)],
-            "waited_ms": round((t1 - t0) * 1e3, 2)}
+        if i >= 1:
+            traces.append([(done[b] - t0) * 1e3 for b in sorted(done)] + [(t1 - t0) * 1e3])
+    med = [round(statistics.median(col), 2) for col in zip(*traces)]
+    return {"steps": steps, "done_ms": med[:-1], "waited_ms": med[-1]}
 
 
 def parse_caps(s):
