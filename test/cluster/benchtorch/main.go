@@ -35,6 +35,7 @@ type config struct {
 	lock                        string
 	backendCases                string // backend_bench.py's --cases for local and dense, if not ""
 	label                       string
+	bucketCapMB                 string // overlap_bench.py's --bucket-cap-mb, if not ""
 }
 
 // benchCase is one job: its ranks (hosts = 0: np ranks on this host) and
@@ -58,6 +59,7 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", 5, "rounds of every case (the variants alternate within each)")
 	flag.StringVar(&c.lock, "lock", "/tmp/sparcml-cluster.lock", "lock held while a cluster case runs")
 	flag.StringVar(&c.backendCases, "backend-cases", "", "backend_bench.py's --cases for local and dense (default: dense,bench,small and dense,bench,sparse,small), e.g. small")
+	flag.StringVar(&c.bucketCapMB, "bucket-cap-mb", "", "overlap_bench.py's --bucket-cap-mb (default: the tool's), e.g. 0,4 for DDP's default buckets beside 4 MiB ones")
 	flag.StringVar(&c.label, "label", "", "added to every row as \"label\" (what the tree holds, e.g. the branches merged)")
 	flag.Parse()
 	for _, p := range []*string{&c.sparcml, &c.python, &c.pythonPath, &c.out} {
@@ -81,6 +83,10 @@ func cases(c config) []benchCase {
 	rounds := fmt.Sprint(c.rounds)
 	backend := filepath.Join(filepath.Dir(c.pythonPath), "python", "tools", "backend_bench.py")
 	overlap := filepath.Join(filepath.Dir(c.pythonPath), "python", "tools", "overlap_bench.py")
+	overlapArgs := []string{"--rounds", rounds}
+	if c.bucketCapMB != "" {
+		overlapArgs = append(overlapArgs, "--bucket-cap-mb", c.bucketCapMB)
+	}
 	localCases, denseCases := "dense,bench,small", "dense,bench,sparse,small"
 	if c.backendCases != "" {
 		localCases, denseCases = c.backendCases, c.backendCases
@@ -90,7 +96,7 @@ func cases(c config) []benchCase {
 			"--sparcml-bench", c.sparcml, "--bench-algos", "auto,ring"}},
 		{"dense", 8, 8, "1gbit", backend, []string{"--cases", denseCases, "--rounds", rounds,
 			"--sparcml-bench", c.sparcml, "--bench-algos", "auto,ring"}},
-		{"overlap", 4, 4, "1gbit", overlap, []string{"--rounds", rounds}},
+		{"overlap", 4, 4, "1gbit", overlap, overlapArgs},
 	}
 }
 
