@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/sparcml/sparcml/internal/keyheap"
+	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/sparse"
 	"github.com/sparcml/sparcml/transport"
 )
@@ -17,7 +18,8 @@ import (
 //
 //	0  4  magic "SPAG"
 //	4  1  requested algorithm
-//	5  1  flags: 1 balanced
+//	5  1  flags: 1 balanced, 2 the message carries the sender's slice of
+//	      the receiver's equal range behind the record (sparse_agree_carry.go)
 //	6  2  reserved (0)
 //	8  8  stored entries of the rank's input
 //	16 24 the cost model: Alpha, Beta, Gamma as float64 bits
@@ -29,24 +31,31 @@ const (
 	spAgreeHeader     = 48
 	spAgreeMaxSamples = 4096
 	spFlagBalanced    = 1
+	spFlagCarries     = 2
 )
 
 // spSampleCount is how many index samples a rank of nnz entries sends for
-// balanced ranges: 16 per range of its own, at least 32 and at most
-// spMaxSamples, and at most one per spSampleEntries entries, so that a
-// small input's samples do not cost more than its entries. Every rank
-// receives every rank's samples: at 256 ranks, 256 samples a rank are
-// 275 KB received by each, 263 us of auto's 1740 at 1% of 256K on 10
-// Gbit/s, where forced ssar-split took 1477 (`sparcml sim -n 256 --op
-// sparse-allreduce --sizes 256K --density 0.01 --indices raw --algo
-// all`, docs/SIMULATION.md, "Auto against the best forced algorithm").
+// balanced ranges on p ranks and a dimension of dim: 16 per range of its
+// own, at least 32 and at most spMaxSamples, and at most one per
+// spSampleEntries entries, so that a small input's samples do not cost
+// more than its entries. Every rank receives every rank's samples: at 256
+// ranks, 256 samples a rank are 275 KB received by each, 263 us of auto's
+// 1740 at 1% of 256K on 10 Gbit/s, where forced ssar-split took 1477
+// (`sparcml sim -n 256 --op sparse-allreduce --sizes 256K --density 0.01
+// --indices raw --algo all`, docs/SIMULATION.md, "Auto against the best
+// forced algorithm").
 //
-// Past 256 ranks spSampleBudget bounds the samples each rank receives
-// instead: 128 a rank at 1024 ranks were 0.5 MB received by each, auto
-// 1.30x forced ssar-split at 1% of 256K (SIMULATION.md, the 10 Gbit/s
-// sparse table's rows at 512 and 1024).
-func spSampleCount(p, nnz int) int {
-	perRank := min(spMaxSamples, max(spMinSamples, spSampleBudget/max(p, 1)))
+// Past that the samples of all ranks together are bounded, by
+// spSampleBudget and by one per spSampleSpacing positions of the
+// dimension (the result is at most the dimension, and the samples every
+// rank receives should stay a small part of it), down to spMinSamples a
+// rank: at 1024 ranks, 128 a rank were 0.5 MB received by each, auto
+// 1.30x forced ssar-split at 1% of 256K; at 256 ranks on 64K, 82 a rank
+// (96 KB received by each) made auto 1.21x forced ssar-split at 1%, 16
+// a rank 1.07x (SIMULATION.md).
+func spSampleCount(p, dim, nnz int) int {
+	budget := min(spSampleBudget, dim/spSampleSpacing)
+	perRank := min(spMaxSamples, max(spMinSamples, budget/max(p, 1)))
 	return min(max(16*p, 32), perRank, (nnz+spSampleEntries-1)/spSampleEntries)
 }
 
@@ -55,13 +64,18 @@ func spSampleCount(p, nnz int) int {
 // the mean share at 256 ranks.
 const spMaxSamples = 128
 
-// spSampleBudget is the samples a rank receives in all (128 KB) past 256
-// ranks, and spMinSamples the fewest a rank then sends; a power-law
-// support and a hot range still stand out at 1024 ranks
-// (TestEqualRangesSkewed).
+// spSampleBudget and spSampleSpacing bound the samples of all ranks
+// together (32768, 128 KB; one per 16 positions), spMinSamples the fewest
+// a rank then sends: a power-law support still stands out at 1024 ranks,
+// and a range that holds 6x the mean share (TestEqualRangesSkewed); with
+// 16 a rank there the samples find a skew from about 3.5x, where a hot
+// range of 2x, left on equal ranges, costs its owner one mean share more
+// of the scatter (21 KB at 1% of 256K, 17 us at 10 Gbit/s) and finding it
+// cost every rank 64 KB more of samples.
 const (
-	spSampleBudget = 32768
-	spMinSamples   = 16
+	spSampleBudget  = 32768
+	spSampleSpacing = 16
+	spMinSamples    = 16
 )
 
 // spSampleEntries is the fewest entries a sample stands for.
@@ -86,6 +100,10 @@ type spAgreement struct {
 	samples   [][]uint32 // each rank's index samples (balanced only)
 	bytesSent []int64    // payload each rank sent in the exchange
 	seconds   float64    // the exchange's modelled time
+	// slices are the slices of this rank's equal range that every rank
+	// carried behind its record (slices[q] from rank q, nil for this
+	// rank), nil unless every rank carried (sparse_agree_carry.go).
+	slices [][]byte
 }
 
 func (a *spAgreement) total() int64 {
@@ -101,7 +119,8 @@ func (a *spAgreement) total() int64 {
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	// Samples always: balanced ranges need them, and AlgoAuto runs
 	// ssar-split on balanced ranges (splitBounds).
-	return c.agreeSampled(opts, spExchange{q: spSampleCount(c.p, c.in.NNZ()), direct: spDirectAgree(opts.Model, c.p), stagger: true})
+	return c.agreeSampled(opts, spExchange{q: spSampleCount(c.p, c.in.Dim, c.in.NNZ()), direct: spDirectAgree(opts.Model, c.p), stagger: true,
+		carry: c.q == nil && spMayCarry(opts.Model, opts, c.p)})
 }
 
 // spExchange is how a counts exchange runs: q index samples per rank, at
@@ -117,9 +136,13 @@ func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 // ranges built on them made ssar-split 1.5x slower at 1% of 256K on 10
 // Gbit/s (`sparcml sim -n 128 --op sparse-allreduce --sizes 256K
 // --density 0.01 --indices raw --algo auto,ssar-split`).
+//
+// With carry (direct only) the exchange is the carrying one: the message
+// to each rank may carry, behind the record, this rank's slice of that
+// rank's equal range (spCarries decides; sparse_agree_carry.go).
 type spExchange struct {
-	q               int
-	direct, stagger bool
+	q                      int
+	direct, stagger, carry bool
 }
 
 // agreeSampled is agree with the exchange x.
@@ -130,17 +153,25 @@ func (c *spCall[T]) agreeSampled(opts SparseOptions, x spExchange) (*spAgreement
 		num, den = uint64(2*c.rank+1), uint64(2*c.p)
 	}
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
-	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q, num, den))
-	gather := spAllgatherBlobs
-	if direct {
-		gather = spAllgatherDirect
+	carries := x.carry && spCarries(opts.Model, opts, c.rank, spSliceSizes(c.in, c.p, spWireOfVector(c.in, quant.None).hdr))
+	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q, num, den), carries)
+	var blobs, tails [][]byte
+	var carried int64
+	var err error
+	switch {
+	case direct && x.carry:
+		blobs, tails, carried, err = c.exchangeCarrying(mine, carries)
+	case direct:
+		blobs, err = spAllgatherDirect(c.op, &c.sc, spStepAgree, mine, spRecordSize)
+	default:
+		blobs, err = spAllgatherBlobs(c.op, &c.sc, spStepAgree, mine, spRecordSize)
 	}
-	blobs, err := gather(c.op, &c.sc, spStepAgree, mine, spRecordSize)
 	if err != nil {
 		return nil, err
 	}
 	ag := &spAgreement{nnz: make([]int, c.p), samples: make([][]uint32, c.p)}
 	sizes := make([]int64, c.p)
+	allCarry := true
 	for r, b := range blobs {
 		rec, err := spParseRecord(b, c.in.Dim)
 		if err != nil {
@@ -150,10 +181,18 @@ func (c *spCall[T]) agreeSampled(opts SparseOptions, x spExchange) (*spAgreement
 			return nil, c.op.Fail(fmt.Errorf("%w: rank %d passed algo=%v balanced=%v model=%+v but rank %d passed algo=%v balanced=%v model=%+v; every rank must pass the same SparseOptions",
 				transport.ErrMismatch, c.op.commRank(r), rec.algo, rec.balanced, rec.model, c.op.commRank(c.rank), opts.Algo, opts.Balanced, opts.Model))
 		}
+		if r != c.rank && rec.carries != (tails != nil && tails[r] != nil) {
+			return nil, c.op.Fail(errSparseProtocol(c.op.commRank(r), "agreement record says carries=%v, message disagrees", rec.carries))
+		}
+		allCarry = allCarry && rec.carries
 		ag.nnz[r], ag.samples[r] = rec.nnz, rec.samples
 		sizes[r] = int64(len(b))
 	}
+	if allCarry {
+		ag.slices = tails
+	}
 	ag.bytesSent, _ = spAgreeBytesSent(sizes, direct)
+	ag.bytesSent[c.rank] += carried
 	pl := newSpPlan(opts.Model, c.p)
 	fsizes := make([]float64, c.p)
 	for r, n := range sizes {
@@ -261,11 +300,14 @@ func spSampleIndices[T Float](v *sparse.Vector[T], q int, num, den uint64) []uin
 	return s
 }
 
-func spAppendRecord(b []byte, opts SparseOptions, nnz int, samples []uint32) []byte {
+func spAppendRecord(b []byte, opts SparseOptions, nnz int, samples []uint32, carries bool) []byte {
 	b = binary.LittleEndian.AppendUint32(b, spAgreeMagic)
 	flags := byte(0)
 	if opts.Balanced {
 		flags |= spFlagBalanced
+	}
+	if carries {
+		flags |= spFlagCarries
 	}
 	b = append(b, byte(opts.Algo), flags, 0, 0)
 	b = binary.LittleEndian.AppendUint64(b, uint64(nnz))
@@ -299,6 +341,7 @@ func spRecordSize(b []byte) (int, error) {
 type spRecord struct {
 	algo     Algo
 	balanced bool
+	carries  bool // the sender's messages carry its slices
 	nnz      int
 	model    CostModel
 	samples  []uint32
@@ -315,7 +358,7 @@ func spParseRecord(b []byte, dim int) (spRecord, error) {
 	if n != len(b) || binary.LittleEndian.Uint32(b) != spAgreeMagic {
 		return r, fmt.Errorf("bad magic or length")
 	}
-	r.algo, r.balanced = Algo(b[4]), b[5]&spFlagBalanced != 0
+	r.algo, r.balanced, r.carries = Algo(b[4]), b[5]&spFlagBalanced != 0, b[5]&spFlagCarries != 0
 	nnz := binary.LittleEndian.Uint64(b[8:])
 	if nnz > uint64(dim) {
 		return r, fmt.Errorf("%d entries for dimension %d", nnz, dim)
