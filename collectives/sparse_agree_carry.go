@@ -122,25 +122,24 @@ func (c *spCall[T]) exchangeCarrying(rec []byte, carry bool) (recs, tails [][]by
 	c.sc.keep(buf)
 	carried = int64(len(buf) - (c.p-1)*len(rec))
 
+	// Posted, sent and waited for in spAllgatherDirect's order, so that
+	// an exchange that carries nothing is that exchange.
 	reqs := make([]*transport.Request, c.p)
 	guess := len(rec) + c.compactSize(c.in.NNZ()/c.p, eq[1]-eq[0])
-	for q := range c.p {
-		if q != c.rank {
-			reqs[q] = c.recv(q, spStepAgree, guess)
-		}
+	for i := 1; i < c.p; i++ {
+		q := (c.rank + i) % c.p
+		reqs[q] = c.recv(q, spStepAgree, guess)
 	}
 	sends := make([]*transport.Request, 0, c.p-1)
 	for i := 1; i < c.p; i++ {
-		q := (c.rank + i) % c.p
+		q := (c.rank - i + c.p) % c.p
 		sends = append(sends, c.op.Send(q, spStepAgree, buf[start[q]:end[q]]))
 	}
 	recs, tails = make([][]byte, c.p), make([][]byte, c.p)
 	recs[c.rank] = rec
-	for q, r := range reqs {
-		if r == nil {
-			continue
-		}
-		msg, err := c.data(r)
+	for i := 1; i < c.p; i++ {
+		q := (c.rank + i) % c.p
+		msg, err := c.data(reqs[q])
 		if err != nil {
 			return nil, nil, 0, err
 		}
