@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"math"
+	"slices"
 
 	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/sparse"
@@ -380,7 +381,7 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 		for r, v := range inputs {
 			size[r] = spAgreeHeader
 			if v.NNZ() > 0 { // and its index samples (agree)
-				size[r] += 4 * int64(spSampleCount(p, v.NNZ()))
+				size[r] += 4 * int64(spSampleCount(p, dim, v.NNZ()))
 			}
 		}
 		bytes, msgs := spAgreeBytesSent(size, spDirectAgree(opts.Model, p))
@@ -388,6 +389,37 @@ func PredictSparseExact[T Float](m CostModel, a Algo, inputs []*sparse.Vector[T]
 			pred.BytesSent[r] += bytes[r]
 			pred.MsgsSent[r] += msgs[r]
 		}
+		if spMayCarry(opts.Model, opts, p) {
+			spAddCarried(&pred, m, opts, inputs, ex, bounds)
+		}
 	}
 	return pred
+}
+
+// spAddCarried adds to pred, PredictSparseExact's for inputs ex, what the
+// carrying counts exchange changes (sparse_agree_carry.go): the slices
+// each carrying rank sends with its records, and, when every rank carries
+// and pred's algorithm runs on equal ranges, the scatter those slices
+// were, which the algorithm then does not send.
+func spAddCarried[T Float](pred *SparsePrediction, m CostModel, opts SparseOptions, inputs []*sparse.Vector[T], ex spExact, bounds []int) {
+	p, dim := len(inputs), inputs[0].Dim
+	nnz := make([]int, p)
+	for r, v := range inputs {
+		nnz[r] = v.NNZ()
+	}
+	w := spWireOfVector(inputs[0], quant.None)
+	carried, all := spCarriedSent(opts.Model, opts, inputs, w.hdr)
+	eq := spEqualBounds(dim, p)
+	var scatter []float64
+	if all && isSplitAlgo(pred.Algo) && (bounds == nil || slices.Equal(bounds, eq)) {
+		w = spChooseWire(m, opts, pred.Algo, p, dim, nnz[0], w, nnz)
+		scatter = spScatterSent(m, p, w, ex, eq)
+	}
+	for r := range p {
+		pred.BytesSent[r] += int64(math.Round(carried[r]))
+		if scatter != nil {
+			pred.BytesSent[r] -= int64(math.Round(scatter[r]))
+			pred.MsgsSent[r] -= p - 1
+		}
+	}
 }

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sort"
 
-	"github.com/sparcml/sparcml/internal/keyheap"
+	"github.com/sparcml/sparcml/quant"
 	"github.com/sparcml/sparcml/sparse"
 	"github.com/sparcml/sparcml/transport"
 )
@@ -17,7 +16,8 @@ import (
 //
 //	0  4  magic "SPAG"
 //	4  1  requested algorithm
-//	5  1  flags: 1 balanced
+//	5  1  flags: 1 balanced, 2 the message carries the sender's slice of
+//	      the receiver's equal range behind the record (sparse_agree_carry.go)
 //	6  2  reserved (0)
 //	8  8  stored entries of the rank's input
 //	16 24 the cost model: Alpha, Beta, Gamma as float64 bits
@@ -29,24 +29,31 @@ const (
 	spAgreeHeader     = 48
 	spAgreeMaxSamples = 4096
 	spFlagBalanced    = 1
+	spFlagCarries     = 2
 )
 
 // spSampleCount is how many index samples a rank of nnz entries sends for
-// balanced ranges: 16 per range of its own, at least 32 and at most
-// spMaxSamples, and at most one per spSampleEntries entries, so that a
-// small input's samples do not cost more than its entries. Every rank
-// receives every rank's samples: at 256 ranks, 256 samples a rank are
-// 275 KB received by each, 263 us of auto's 1740 at 1% of 256K on 10
-// Gbit/s, where forced ssar-split took 1477 (`sparcml sim -n 256 --op
-// sparse-allreduce --sizes 256K --density 0.01 --indices raw --algo
-// all`, docs/SIMULATION.md, "Auto against the best forced algorithm").
+// balanced ranges on p ranks and a dimension of dim: 16 per range of its
+// own, at least 32 and at most spMaxSamples, and at most one per
+// spSampleEntries entries, so that a small input's samples do not cost
+// more than its entries. Every rank receives every rank's samples: at 256
+// ranks, 256 samples a rank are 275 KB received by each, 263 us of auto's
+// 1740 at 1% of 256K on 10 Gbit/s, where forced ssar-split took 1477
+// (`sparcml sim -n 256 --op sparse-allreduce --sizes 256K --density 0.01
+// --indices raw --algo all`, docs/SIMULATION.md, "Auto against the best
+// forced algorithm").
 //
-// Past 256 ranks spSampleBudget bounds the samples each rank receives
-// instead: 128 a rank at 1024 ranks were 0.5 MB received by each, auto
-// 1.30x forced ssar-split at 1% of 256K (SIMULATION.md, the 10 Gbit/s
-// sparse table's rows at 512 and 1024).
-func spSampleCount(p, nnz int) int {
-	perRank := min(spMaxSamples, max(spMinSamples, spSampleBudget/max(p, 1)))
+// Past that the samples of all ranks together are bounded, by
+// spSampleBudget and by one per spSampleSpacing positions of the
+// dimension (the result is at most the dimension, and the samples every
+// rank receives should stay a small part of it), down to spMinSamples a
+// rank: at 1024 ranks, 128 a rank were 0.5 MB received by each, auto
+// 1.30x forced ssar-split at 1% of 256K; at 256 ranks on 64K, 82 a rank
+// (96 KB received by each) made auto 1.21x forced ssar-split at 1%, 16
+// a rank 1.07x (SIMULATION.md).
+func spSampleCount(p, dim, nnz int) int {
+	budget := min(spSampleBudget, dim/spSampleSpacing)
+	perRank := min(spMaxSamples, max(spMinSamples, budget/max(p, 1)))
 	return min(max(16*p, 32), perRank, (nnz+spSampleEntries-1)/spSampleEntries)
 }
 
@@ -55,13 +62,18 @@ func spSampleCount(p, nnz int) int {
 // the mean share at 256 ranks.
 const spMaxSamples = 128
 
-// spSampleBudget is the samples a rank receives in all (128 KB) past 256
-// ranks, and spMinSamples the fewest a rank then sends; a power-law
-// support and a hot range still stand out at 1024 ranks
-// (TestEqualRangesSkewed).
+// spSampleBudget and spSampleSpacing bound the samples of all ranks
+// together (32768, 128 KB; one per 16 positions), spMinSamples the fewest
+// a rank then sends: a power-law support still stands out at 1024 ranks,
+// and a range that holds 6x the mean share (TestEqualRangesSkewed); with
+// 16 a rank there the samples find a skew from about 3.5x, where a hot
+// range of 2x, left on equal ranges, costs its owner one mean share more
+// of the scatter (21 KB at 1% of 256K, 17 us at 10 Gbit/s) and finding it
+// cost every rank 64 KB more of samples.
 const (
-	spSampleBudget = 32768
-	spMinSamples   = 16
+	spSampleBudget  = 32768
+	spSampleSpacing = 16
+	spMinSamples    = 16
 )
 
 // spSampleEntries is the fewest entries a sample stands for.
@@ -86,6 +98,10 @@ type spAgreement struct {
 	samples   [][]uint32 // each rank's index samples (balanced only)
 	bytesSent []int64    // payload each rank sent in the exchange
 	seconds   float64    // the exchange's modelled time
+	// slices are the slices of this rank's equal range that every rank
+	// carried behind its record (slices[q] from rank q, nil for this
+	// rank), nil unless every rank carried (sparse_agree_carry.go).
+	slices [][]byte
 }
 
 func (a *spAgreement) total() int64 {
@@ -101,7 +117,8 @@ func (a *spAgreement) total() int64 {
 func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 	// Samples always: balanced ranges need them, and AlgoAuto runs
 	// ssar-split on balanced ranges (splitBounds).
-	return c.agreeSampled(opts, spExchange{q: spSampleCount(c.p, c.in.NNZ()), direct: spDirectAgree(opts.Model, c.p), stagger: true})
+	return c.agreeSampled(opts, spExchange{q: spSampleCount(c.p, c.in.Dim, c.in.NNZ()), direct: spDirectAgree(opts.Model, c.p), stagger: true,
+		carry: c.q == nil && spMayCarry(opts.Model, opts, c.p)})
 }
 
 // spExchange is how a counts exchange runs: q index samples per rank, at
@@ -117,9 +134,13 @@ func (c *spCall[T]) agree(opts SparseOptions) (*spAgreement, error) {
 // ranges built on them made ssar-split 1.5x slower at 1% of 256K on 10
 // Gbit/s (`sparcml sim -n 128 --op sparse-allreduce --sizes 256K
 // --density 0.01 --indices raw --algo auto,ssar-split`).
+//
+// With carry (direct only) the exchange is the carrying one: the message
+// to each rank may carry, behind the record, this rank's slice of that
+// rank's equal range (spCarries decides; sparse_agree_carry.go).
 type spExchange struct {
-	q               int
-	direct, stagger bool
+	q                      int
+	direct, stagger, carry bool
 }
 
 // agreeSampled is agree with the exchange x.
@@ -130,17 +151,25 @@ func (c *spCall[T]) agreeSampled(opts SparseOptions, x spExchange) (*spAgreement
 		num, den = uint64(2*c.rank+1), uint64(2*c.p)
 	}
 	mine := c.sc.get(spAgreeHeader + 4*q)[:0]
-	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q, num, den))
-	gather := spAllgatherBlobs
-	if direct {
-		gather = spAllgatherDirect
+	carries := x.carry && spCarries(opts.Model, opts, c.rank, spSliceSizes(c.in, c.p, spWireOfVector(c.in, quant.None).hdr))
+	mine = spAppendRecord(mine, opts, c.in.NNZ(), spSampleIndices(c.in, q, num, den), carries)
+	var blobs, tails [][]byte
+	var carried int64
+	var err error
+	switch {
+	case direct && x.carry:
+		blobs, tails, carried, err = c.exchangeCarrying(mine, carries)
+	case direct:
+		blobs, err = spAllgatherDirect(c.op, &c.sc, spStepAgree, mine, spRecordSize)
+	default:
+		blobs, err = spAllgatherBlobs(c.op, &c.sc, spStepAgree, mine, spRecordSize)
 	}
-	blobs, err := gather(c.op, &c.sc, spStepAgree, mine, spRecordSize)
 	if err != nil {
 		return nil, err
 	}
 	ag := &spAgreement{nnz: make([]int, c.p), samples: make([][]uint32, c.p)}
 	sizes := make([]int64, c.p)
+	allCarry := true
 	for r, b := range blobs {
 		rec, err := spParseRecord(b, c.in.Dim)
 		if err != nil {
@@ -150,10 +179,18 @@ func (c *spCall[T]) agreeSampled(opts SparseOptions, x spExchange) (*spAgreement
 			return nil, c.op.Fail(fmt.Errorf("%w: rank %d passed algo=%v balanced=%v model=%+v but rank %d passed algo=%v balanced=%v model=%+v; every rank must pass the same SparseOptions",
 				transport.ErrMismatch, c.op.commRank(r), rec.algo, rec.balanced, rec.model, c.op.commRank(c.rank), opts.Algo, opts.Balanced, opts.Model))
 		}
+		if r != c.rank && rec.carries != (tails != nil && tails[r] != nil) {
+			return nil, c.op.Fail(errSparseProtocol(c.op.commRank(r), "agreement record says carries=%v, message disagrees", rec.carries))
+		}
+		allCarry = allCarry && rec.carries
 		ag.nnz[r], ag.samples[r] = rec.nnz, rec.samples
 		sizes[r] = int64(len(b))
 	}
+	if allCarry {
+		ag.slices = tails
+	}
 	ag.bytesSent, _ = spAgreeBytesSent(sizes, direct)
+	ag.bytesSent[c.rank] += carried
 	pl := newSpPlan(opts.Model, c.p)
 	fsizes := make([]float64, c.p)
 	for r, n := range sizes {
@@ -261,11 +298,14 @@ func spSampleIndices[T Float](v *sparse.Vector[T], q int, num, den uint64) []uin
 	return s
 }
 
-func spAppendRecord(b []byte, opts SparseOptions, nnz int, samples []uint32) []byte {
+func spAppendRecord(b []byte, opts SparseOptions, nnz int, samples []uint32, carries bool) []byte {
 	b = binary.LittleEndian.AppendUint32(b, spAgreeMagic)
 	flags := byte(0)
 	if opts.Balanced {
 		flags |= spFlagBalanced
+	}
+	if carries {
+		flags |= spFlagCarries
 	}
 	b = append(b, byte(opts.Algo), flags, 0, 0)
 	b = binary.LittleEndian.AppendUint64(b, uint64(nnz))
@@ -299,6 +339,7 @@ func spRecordSize(b []byte) (int, error) {
 type spRecord struct {
 	algo     Algo
 	balanced bool
+	carries  bool // the sender's messages carry its slices
 	nnz      int
 	model    CostModel
 	samples  []uint32
@@ -315,7 +356,7 @@ func spParseRecord(b []byte, dim int) (spRecord, error) {
 	if n != len(b) || binary.LittleEndian.Uint32(b) != spAgreeMagic {
 		return r, fmt.Errorf("bad magic or length")
 	}
-	r.algo, r.balanced = Algo(b[4]), b[5]&spFlagBalanced != 0
+	r.algo, r.balanced, r.carries = Algo(b[4]), b[5]&spFlagBalanced != 0, b[5]&spFlagCarries != 0
 	nnz := binary.LittleEndian.Uint64(b[8:])
 	if nnz > uint64(dim) {
 		return r, fmt.Errorf("%d entries for dimension %d", nnz, dim)
@@ -337,116 +378,6 @@ func spParseRecord(b []byte, dim int) (spRecord, error) {
 		}
 	}
 	return r, nil
-}
-
-// equalRangesSkewed says whether the samples show the busiest owner of
-// equal ranges receiving more than spSkewSlack times the mean share of all
-// ranks' entries, beyond the samples' own noise. Each rank's count in a
-// range is known from its samples to about one sample's weight w_r =
-// nnz[r]/q at either end, an error of variance about w_r^2/6 per rank
-// (uniform at both ends), Sum w_r^2/6 in all, and the test asks for three
-// standard deviations of it above the slack. On uniform supports balanced
-// ranges only add that noise: at 256 ranks and 1% of 256K, 16 samples a
-// rank made the busiest balanced owner's share 1.5x the mean and
-// ssar-split 1.48x its time on equal ranges (sparcml sim); on a power-law
-// support an equal range holds many times the mean and balanced ranges
-// halve ssar-split's time (docs/SIMULATION.md). Arithmetic in float64
-// with every product rounded (no fused multiply-add), the sums in rank
-// order: every rank decides alike.
-func (a *spAgreement) equalRangesSkewed(dim, p int) bool {
-	eq := spEqualBounds(dim, p)
-	load := make([]float64, p)
-	var total, noise float64
-	for r, s := range a.samples {
-		if len(s) == 0 {
-			continue
-		}
-		w := float64(a.nnz[r]) / float64(len(s))
-		noise += float64(w * w)
-		total += float64(a.nnz[r])
-		for _, x := range s {
-			i := sort.Search(p, func(j int) bool { return eq[j+1] > int(x) })
-			load[i] += w
-		}
-	}
-	limit := float64(spSkewSlack*total/float64(p)) + float64(3*math.Sqrt(noise/6))
-	for _, l := range load {
-		if l > limit {
-			return true
-		}
-	}
-	return false
-}
-
-// spSkewSlack is how much more than the mean share of the entries an
-// owner of equal ranges may receive before AlgoAuto balances ssar-split's
-// ranges: the 1.1x that auto aims to be within of the fastest algorithm.
-const spSkewSlack = 1.1
-
-// balancedBounds places the p-1 inner boundaries at the weighted quantiles
-// of every rank's samples, a sample of rank r standing for nnz[r]/q entries:
-// range i then holds about 1/p of the entries all ranks send. The
-// arithmetic is integer (128-bit products), so every rank, whatever its
-// architecture, computes the same bounds. With no entries anywhere the
-// ranges are equal.
-func (a *spAgreement) balancedBounds(dim, p int) []int {
-	var total uint64
-	for r, s := range a.samples {
-		total += uint64(len(s)) * spSampleWeight(a.nnz[r], len(s))
-	}
-	if total == 0 {
-		return spEqualBounds(dim, p)
-	}
-	// A sample of rank r weighs nnz[r]/q[r] entries (spSampleWeight),
-	// as ranks of few entries send fewer samples. Every rank's samples are
-	// sorted (spParseRecord checks), so they are merged in index order,
-	// ties in rank order, with a heap of keys index<<32 | rank, and only
-	// up to the last quantile: the bounds are on the path of every
-	// AlgoAuto call, where sorting all samples through a comparison took a
-	// tenth of its CPU on 8 ranks (go test -bench SparseAutoOverhead
-	// -cpuprofile ./collectives/) and scanning every rank's next sample
-	// grows as P^2 (BenchmarkBalancedBounds).
-	heads := make([]int, len(a.samples)) // each rank's next sample
-	var heap []uint64
-	for r, s := range a.samples {
-		if len(s) > 0 {
-			heap = append(heap, uint64(s[0])<<32|uint64(r))
-		}
-	}
-	keyheap.Init(heap)
-	b := make([]int, p+1)
-	b[p] = dim
-	var cum uint64
-	last := -1 // index of the last sample taken
-	for i := 1; i < p; i++ {
-		// Advance to the first sample at which the cumulated weight
-		// reaches i/p of the total: cum*p >= i*total.
-		for len(heap) > 0 && spLess128(cum, uint64(p), total, uint64(i)) {
-			r := int(uint32(heap[0]))
-			last = int(heap[0] >> 32)
-			cum += spSampleWeight(a.nnz[r], len(a.samples[r]))
-			if heads[r]++; heads[r] < len(a.samples[r]) {
-				heap[0] = uint64(a.samples[r][heads[r]])<<32 | uint64(r)
-			} else {
-				heap[0] = heap[len(heap)-1]
-				heap = heap[:len(heap)-1]
-			}
-			keyheap.Down(heap, 0)
-		}
-		bound := dim
-		if last >= 0 {
-			bound = min(last+1, dim)
-		}
-		b[i] = max(bound, b[i-1])
-	}
-	return b
-}
-
-// spLess128 reports whether a*b < c*d in 128-bit arithmetic.
-func spLess128(a, b, c, d uint64) bool {
-	h1, l1 := bits.Mul64(a, b)
-	h2, l2 := bits.Mul64(c, d)
-	return h1 < h2 || (h1 == h2 && l1 < l2)
 }
 
 // onWire is the part of a cost model the agreement record carries (and so

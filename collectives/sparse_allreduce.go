@@ -275,6 +275,10 @@ type spCall[T Float] struct {
 	q *sparse.QuantCoder
 	// packed: exact values go with packed indices.
 	packed bool
+	// carried are the slices of this rank's range the counts exchange
+	// carried (carried[q] from rank q), when they are the scatter of the
+	// algorithm that runs (useCarried); nil otherwise.
+	carried [][]byte
 }
 
 // setQuant sets up the value codec of a call: nothing for quant.None.

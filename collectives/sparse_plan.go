@@ -78,6 +78,11 @@ func (c *spCall[T]) decide(opts SparseOptions, st *SparseStats) (*SparsePlan, er
 			return nil, err
 		}
 		pl := c.decideAgreed(opts, ag, wire, st)
+		c.useCarried(ag, pl)
+		if c.carried != nil {
+			// The scatter's round went with the exchange's.
+			st.PredictedSeconds -= opts.Model.latency()
+		}
 		pl.key = key
 		st.Agreed, st.TotalNNZIn, st.Plan = true, ag.total(), pl
 		return pl, nil

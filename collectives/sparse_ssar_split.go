@@ -44,8 +44,12 @@ func ssarSplitAllgather[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 
 // scatterToOwners is the reduce-scatter's communication: it sends every
 // owner its range of the input and returns the P slices of this rank's own
-// range, parts[q] from rank q, as vectors of the range's length.
+// range, parts[q] from rank q, as vectors of the range's length. When the
+// counts exchange carried them (sparse_agree_carry.go) it sends nothing.
 func (c *spCall[T]) scatterToOwners() ([]*sparse.Vector[T], error) {
+	if c.carried != nil {
+		return c.carriedParts()
+	}
 	lo, hi := c.bounds[c.rank], c.bounds[c.rank+1]
 	own := c.ownSlice(lo, hi)
 

@@ -16,9 +16,10 @@ import (
 // own time, its counts exchange included, must be within autoSlack too:
 // the sparse points of docs/SIMULATION.md at 256 ranks (256K, 0.1% and
 // 1%), where the exchange's rounds and samples took auto to 1.14x and
-// 1.18x. At 64K the exchange is a larger part of the call (docs/SIMULATION.md,
-// "Auto against the best forced algorithm"), and only the choice is
-// checked.
+// 1.18x, and 1% of 64K, where 82 samples a rank took it to 1.21x. At
+// 0.1% of 64K the records' bytes are a tenth of the call
+// (docs/SIMULATION.md, "Auto against the best forced algorithm"), and
+// only the choice is checked.
 func TestAutoChoiceAt256(t *testing.T) {
 	if testing.Short() {
 		t.Skip("256 ranks")
@@ -36,7 +37,7 @@ func TestAutoChoiceAt256(t *testing.T) {
 		{"allreduce", 1 << 8, 0, "", collectives.AlgoRecursiveDoubling, true},
 		{"allreduce", 1 << 16, 0, "", collectives.AlgoRabenseifner, true},
 		{"sparse-allreduce", 1 << 16, 0.001, "uniform", collectives.AlgoSSARSplitAllgather, false},
-		{"sparse-allreduce", 1 << 16, 0.01, "uniform", collectives.AlgoSSARSplitAllgather, false},
+		{"sparse-allreduce", 1 << 16, 0.01, "uniform", collectives.AlgoSSARSplitAllgather, true},
 		{"sparse-allreduce", 1 << 18, 0.001, "uniform", collectives.AlgoSSARSplitAllgather, true},
 		{"sparse-allreduce", 1 << 18, 0.01, "uniform", collectives.AlgoSSARSplitAllgather, true},
 	}
