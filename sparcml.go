@@ -329,7 +329,11 @@ func (c *Comm) nextOp(ctx context.Context) (*collectives.Op, context.CancelFunc)
 	c.seq++
 	seq := c.seq
 	c.seqMu.Unlock()
+	locked := transport.LockedThread(ctx)
 	ctx, release := c.bounded(ctx)
+	if locked && !transport.LockedThread(ctx) { // a shared deadline carries no values
+		ctx = transport.OnLockedThread(ctx)
+	}
 	return &collectives.Op{Ctx: ctx, T: c.t, Comm: c.id, Seq: seq, Pool: c.pool, Topo: c.collTopology()}, release
 }
 

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/transport"
 )
 
 // call is one collective call from C, validated: the communicator, the
@@ -38,6 +39,12 @@ func newCall(p *C.sparcml_comm, op string, req **C.sparcml_request) (*call, C.in
 		return nil, record(err, -1, op)
 	}
 	k := &call{comm: c, p: p, op: op, req: req, ctx: context.Background()}
+	if req == nil {
+		// A blocking call runs on the caller's thread, to which a call
+		// from C is locked: the transports' waiters poll without yielding
+		// the processor (transport.OnLockedThread).
+		k.ctx = transport.OnLockedThread(k.ctx)
+	}
 	if t := float64(p.timeout); t > 0 {
 		var cancel context.CancelFunc
 		k.ctx, cancel = context.WithTimeout(k.ctx, time.Duration(math.Min(t, float64(math.MaxInt64/2)/1e9)*1e9))

@@ -16,8 +16,9 @@
 // operation may still use it); it ends by its deadline, or at Close, so at
 // most (timeout + slack) / slack of them, about 65, are alive at once. An
 // operation whose parent differs from the current window's gets a context
-// of its own, released when it ends. Operation contexts carry
-// cancellation only: nothing below reads their values.
+// of its own, released when it ends. A shared context carries
+// cancellation only, none of its parent's values: operations of different
+// callers share it.
 package deadline
 
 import (
@@ -66,7 +67,7 @@ func (s *Shared) Bound(ctx context.Context, timeout time.Duration) (context.Cont
 	}
 	slack := Slack(timeout)
 	deadline := now.Add(timeout + slack)
-	shared, cancel := context.WithDeadline(ctx, deadline)
+	shared, cancel := context.WithDeadline(cancelOnly{ctx}, deadline)
 	// Drop (and release) the shared contexts that have expired.
 	keep := s.cancels[:0]
 	for _, tc := range s.cancels {
@@ -90,3 +91,8 @@ func (s *Shared) CancelAll() {
 	}
 	s.cancels, s.key, s.ctx = nil, nil, nil
 }
+
+// cancelOnly is a context's cancellation without its values.
+type cancelOnly struct{ context.Context }
+
+func (cancelOnly) Value(any) any { return nil }

@@ -70,3 +70,17 @@ type uncomparableCtx struct {
 	context.Context
 	_ []int
 }
+
+type valueKey struct{}
+
+// A shared context carries none of the values of the parent it was made
+// from: the operations of other callers share it.
+func TestSharedDeadlineCarriesNoValues(t *testing.T) {
+	var s Shared
+	defer s.CancelAll()
+	marked := context.WithValue(context.Background(), valueKey{}, "first caller's")
+	a, _ := s.Bound(marked, time.Minute)
+	b, _ := s.Bound(context.Background(), time.Minute)
+	require.True(t, a == b, "both parents have no Done channel: one shared context")
+	assert.Nil(t, b.Value(valueKey{}), "the shared context carries the first caller's value")
+}

@@ -30,7 +30,9 @@
 // every message goes through the rings.
 //
 // Wake-ups. A waiting caller polls the rings itself for Config.Spin and
-// then sleeps on the inbox's futex word; a progress goroutine polls for
+// then sleeps on the inbox's futex word (a caller locked to its thread, as
+// one from C or Python is, polls without runtime.Gosched:
+// transport.OnLockedThread); a progress goroutine polls for
 // those who watch Done or poll Test, and sleeps on the same word when idle.
 // A writer calls futexWake only when none of the owner's pollers is
 // awake, so while both ranks are active no system call is made on either
