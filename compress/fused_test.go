@@ -27,6 +27,10 @@ func testStepThresholdOfUpdate[T Float](t *testing.T, method Method) {
 	const n = 40*gatherChunk + 777 // blocks and a partial one
 	rng := rand.New(rand.NewPCG(7, uint64(method)))
 	fallbacks := 0
+	inputs := make([]map[string][]T, 3) // a step's gradients
+	for step := range inputs {
+		inputs[step] = testInputs[T](rng, n)
+	}
 	for _, layers := range [][]int{nil, {1000, 20 * gatherChunk, n - 1000 - 20*gatherChunk}} {
 		for _, c := range []struct{ density, tol float64 }{{0.001, 0}, {0.01, 0}, {0.05, 0}, {1, 0}, {0.01, 0.01}} {
 			// The tight tolerance makes thresholds miss: corrections and
@@ -41,7 +45,7 @@ func testStepThresholdOfUpdate[T Float](t *testing.T, method Method) {
 			var out, want sparse.Vector[T]
 			for step := range 3 {
 				for _, name := range []string{"normal", "ties", "sparse", "zero"} {
-					g := testInputs[T](rng, n)[name]
+					g := inputs[step][name]
 					v := slices.Clone(s.Residual())
 					for i := range v {
 						v[i] += g[i]
