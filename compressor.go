@@ -126,7 +126,7 @@ func NewCompressor[T Float](c *Comm, n int, cfg CompressorConfig) (*Compressor[T
 	}
 	cfg.Sparsify = sp.Config()
 	if cfg.Scope == compress.ScopeGlobal {
-		sp.DeferMasking() // finishGlobal masks only the entries kept
+		sp.DeferRemoval() // finishGlobal removes only the entries kept
 	}
 	z := &Compressor[T]{c: c, cfg: cfg, sp: sp}
 	z.global.Period = cfg.GlobalPeriod
@@ -177,7 +177,9 @@ type CompressStats struct {
 // rank of their selected entries (zero where no rank sent anything). See
 // Compressor for the contract with the optimizer. Every rank must call it
 // with a gradient of Len() entries, in the same order as its other
-// collectives.
+// collectives. With error feedback, a reduction that fails after the
+// selection leaves grad at zero and the whole gradient in the residual,
+// to be sent later: nothing is lost.
 func (z *Compressor[T]) Reduce(ctx context.Context, grad []T) (CompressStats, error) {
 	return z.Start(ctx, grad).wait()
 }
@@ -264,7 +266,11 @@ func (z *Compressor[T]) start(ctx context.Context, grad []T, out *SparseVector[T
 		}
 		r.stats.ClipFactor = f
 	}
-	info, err := z.sp.Step(grad, &z.send)
+	step := z.sp.Step
+	if out == nil {
+		step = z.sp.StepTaking // grad is overwritten with the result
+	}
+	info, err := step(grad, &z.send)
 	if err != nil {
 		return z.fail(r, err)
 	}
@@ -300,7 +306,7 @@ func (z *Compressor[T]) finish(r *CompressRequest, sr *Request, grad []T, avg *S
 	st := sr.SparseStats()
 	r.stats.Sparse, r.stats.Algo, r.stats.NNZOut = *st, st.Algo, st.NNZOut
 	if intoGrad {
-		avg.ToDense(grad)
+		z.writeResult(grad, avg)
 	}
 }
 
@@ -322,23 +328,34 @@ func (z *Compressor[T]) startGlobal(ctx context.Context, r *CompressRequest, gra
 	return r
 }
 
-// finishGlobal waits for the global top-k, returns what it dropped to the
-// residual and puts the average in place.
+// finishGlobal waits for the global top-k, takes what it kept out of the
+// residual (what it dropped stays there) and puts the average in place.
 func (z *Compressor[T]) finishGlobal(r *CompressRequest, sr *Request, grad []T, avg *SparseVector[T], intoGrad bool, gs *GlobalTopkStats) {
 	defer close(r.done)
 	// Bounded by its own context, as in finish.
 	if err := sr.Wait(context.Background()); err != nil {
-		_ = z.sp.Restore(&z.send)
-		r.err = err
+		r.err = err // the residual still holds the selected entries
 		return
 	}
-	if err := errors.Join(z.sp.Restore(&z.dropped), z.sp.Mask(&z.send, &z.dropped)); err != nil {
+	if err := z.sp.Remove(&z.send, &z.dropped); err != nil {
 		r.err = fmt.Errorf("sparcml: rank %d: compressed reduction: %w", z.c.Rank(), err)
 		return
 	}
 	r.stats.Global, r.stats.Algo, r.stats.NNZOut = *gs, AlgoSSARSplitAllgather, gs.Kept
 	if intoGrad {
+		z.writeResult(grad, avg)
+	}
+}
+
+// writeResult writes the average into grad, which StepTaking left at
+// zero with error feedback: only the average's entries are written.
+func (z *Compressor[T]) writeResult(grad []T, avg *SparseVector[T]) {
+	if avg.Dense || z.sp.Residual() == nil {
 		avg.ToDense(grad)
+		return
+	}
+	for j, i := range avg.Indices {
+		grad[i] = avg.Values[j]
 	}
 }
 

@@ -87,8 +87,8 @@ func benchCompressor(b *testing.B, grads [][]float32, cfg CompressorConfig, loca
 		onRanks(func(r int) error {
 			if local {
 				z := zs[r]
-				info, err := z.sp.Step(grads[r], &z.send)
-				z.send.ToDense(grads[r])
+				info, err := z.sp.StepTaking(grads[r], &z.send)
+				z.writeResult(grads[r], &z.send)
 				if r == 0 {
 					kept += info.Selected
 				}

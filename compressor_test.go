@@ -482,31 +482,38 @@ func TestCompressorMisuse(t *testing.T) {
 }
 
 // TestCompressorFailureKeepsResidual: a reduction that fails (here its
-// context is already cancelled) puts the selected entries back into the
-// residual, so nothing is lost.
+// context is already cancelled) leaves the selected entries in the
+// residual (put back, or never taken out with the global scope), so
+// nothing is lost, and the gradient buffer at zero.
 func TestCompressorFailureKeepsResidual(t *testing.T) {
 	const p, n = 2, 1000
 	comms, err := Local(p)
 	require.NoError(t, err)
 	defer closeAll(comms)
-	errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
-		z, err := NewCompressor[float32](c, n, CompressorConfig{Sparsify: compress.Config{Density: 0.1}})
-		if err != nil {
-			return err
-		}
-		g := seededGradient(c.Rank(), 0, n, false)
-		cancelled, cancel := context.WithCancel(ctx)
-		cancel()
-		// A rank fails by its own cancellation or by its peer's.
-		if _, err := z.Reduce(cancelled, slices.Clone(g)); err == nil {
-			return errors.New("a cancelled reduction succeeded")
-		}
-		if !slices.Equal(g, z.sp.Residual()) {
-			return errors.New("the residual lost the entries of the failed step")
-		}
-		return nil
-	})
-	require.NoError(t, errors.Join(errs...))
+	for _, scope := range []compress.Scope{compress.ScopeUnion, compress.ScopeGlobal} {
+		errs := onEveryRank(t, comms, 20*time.Second, func(ctx context.Context, c *Comm) error {
+			z, err := NewCompressor[float32](c, n, CompressorConfig{Sparsify: compress.Config{Density: 0.1}, Scope: scope})
+			if err != nil {
+				return err
+			}
+			g := seededGradient(c.Rank(), 0, n, false)
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			// A rank fails by its own cancellation or by its peer's.
+			buf := slices.Clone(g)
+			if _, err := z.Reduce(cancelled, buf); err == nil {
+				return errors.New("a cancelled reduction succeeded")
+			}
+			if !slices.Equal(g, z.sp.Residual()) {
+				return fmt.Errorf("%v: the residual lost the entries of the failed step", scope)
+			}
+			if !slices.Equal(make([]float32, n), buf) {
+				return fmt.Errorf("%v: the gradient, now in the residual, is still in its buffer", scope)
+			}
+			return nil
+		})
+		require.NoError(t, errors.Join(errs...))
+	}
 }
 
 // TestCompressorEdgeValues: all-zero gradients send nothing and give

@@ -216,35 +216,30 @@ type globalTopkCut struct {
 func keepAbove[T Float](kept, red *sparse.Vector[T], cut globalTopkCut) {
 	kept.Reset(red.Dim)
 	ties := 0
-	add := func(i uint32, x T) {
-		key := magnitudeKey[T](float64(x))
+	for j, x := range red.Values {
+		key := magnitudeKeyOf(x)
 		if x == 0 || key < cut.key {
-			return
+			continue
 		}
 		if key == cut.key {
 			if ties >= cut.quota {
-				return
+				continue
 			}
 			ties++
 		}
-		kept.Indices = append(kept.Indices, i)
+		kept.Indices = append(kept.Indices, storedIndex(red, j))
 		kept.Values = append(kept.Values, x)
 	}
-	forEachStored(red, add)
 }
 
-// forEachStored calls f on every stored entry of v in index order (every
-// position of a dense v).
-func forEachStored[T Float](v *sparse.Vector[T], f func(i uint32, x T)) {
+// storedIndex is the index of v's j-th stored value: j itself when v is
+// dense. The owners' passes over their sums loop over Values with it
+// rather than call a function per entry (BenchmarkCompressorScopes).
+func storedIndex[T Float](v *sparse.Vector[T], j int) uint32 {
 	if v.Dense {
-		for i, x := range v.Values {
-			f(uint32(i), x)
-		}
-		return
+		return uint32(j)
 	}
-	for j, i := range v.Indices {
-		f(i, v.Values[j])
-	}
+	return v.Indices[j]
 }
 
 // storedNonzero counts the nonzero values of v.
@@ -263,10 +258,11 @@ func storedNonzero[T Float](v *sparse.Vector[T]) int {
 func droppedEntries[T Float](in, out, dropped *sparse.Vector[T]) int {
 	dropped.Reset(in.Dim)
 	j := 0
-	forEachStored(in, func(i uint32, x T) {
+	for e, x := range in.Values {
 		if x == 0 {
-			return
+			continue
 		}
+		i := storedIndex(in, e)
 		var got T
 		if out.Dense {
 			got = out.Values[i]
@@ -282,7 +278,7 @@ func droppedEntries[T Float](in, out, dropped *sparse.Vector[T]) int {
 			dropped.Indices = append(dropped.Indices, i)
 			dropped.Values = append(dropped.Values, x)
 		}
-	})
+	}
 	return len(dropped.Indices)
 }
 
@@ -293,6 +289,19 @@ func magnitudeKey[T Float](x float64) uint64 {
 		return uint64(math.Float32bits(float32(math.Abs(x))))
 	}
 	return math.Float64bits(math.Abs(x))
+}
+
+// magnitudeKeyOf is magnitudeKey(float64(x)) without the conversions:
+// x's bits with the sign cleared. A float32 NaN takes the conversions,
+// which make it quiet, so that its key is magnitudeKey's too.
+func magnitudeKeyOf[T Float](x T) uint64 {
+	if sparse.ValueSize[T]() == 8 {
+		return math.Float64bits(float64(x)) &^ (1 << 63)
+	}
+	if x != x {
+		return magnitudeKey[T](float64(x))
+	}
+	return uint64(math.Float32bits(float32(x)) &^ (1 << 31))
 }
 
 // keyMagnitude undoes magnitudeKey; keys above infinity's (the rule of K

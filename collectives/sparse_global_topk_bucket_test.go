@@ -103,3 +103,35 @@ func TestTieGroupSplits(t *testing.T) {
 		}
 	}
 }
+
+// TestMagnitudeKeyOf: the owners' passes take a sum's key from its bits
+// (magnitudeKeyOf); it must be the key magnitudeKey gives through
+// float64, on every kind of value: zeros, subnormals, infinities, NaNs
+// of both kinds and any payload, both signs.
+func TestMagnitudeKeyOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 2))
+	bits32 := []uint32{0, 1, 0x7f7fffff, 0x7f800000, 0x7f800001, 0x7fc00000, 0x7fbfffff, 0x7fffffff, 0x00800000}
+	for range 10000 {
+		bits32 = append(bits32, rng.Uint32())
+	}
+	for _, b := range bits32 {
+		for _, sign := range []uint32{0, 1 << 31} {
+			x := math.Float32frombits(b | sign)
+			if got, want := magnitudeKeyOf(x), magnitudeKey[float32](float64(x)); got != want {
+				t.Fatalf("float32 %#x: key %#x, want %#x", b|sign, got, want)
+			}
+		}
+	}
+	bits64 := []uint64{0, 1, 0x7ff0000000000000, 0x7ff0000000000001, 0x7ff8000000000000, 0x7fffffffffffffff}
+	for range 10000 {
+		bits64 = append(bits64, rng.Uint64())
+	}
+	for _, b := range bits64 {
+		for _, sign := range []uint64{0, 1 << 63} {
+			x := math.Float64frombits(b | sign)
+			if got, want := magnitudeKeyOf(x), magnitudeKey[float64](x); got != want {
+				t.Fatalf("float64 %#x: key %#x, want %#x", b|sign, got, want)
+			}
+		}
+	}
+}

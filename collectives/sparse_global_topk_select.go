@@ -25,12 +25,12 @@ func (c *spCall[T]) selectKth(red *sparse.Vector[T], k int, m CostModel, res *Gl
 	if k == 0 {
 		return globalTopkCut{key: math.MaxUint64, quota: 0}, nil
 	}
-	var keys []uint64
-	forEachStored(red, func(_ uint32, x T) {
+	keys := make([]uint64, 0, len(red.Values))
+	for _, x := range red.Values {
 		if x != 0 {
-			keys = append(keys, magnitudeKey[T](float64(x)))
+			keys = append(keys, magnitudeKeyOf(x))
 		}
-	})
+	}
 	width := 8 * sparse.ValueSize[T]()
 	need := float64(k)
 	var prefix uint64
@@ -270,14 +270,14 @@ func (c *spCall[T]) estimateCut(red *sparse.Vector[T], k int, last float64, res 
 	if sparse.ValueSize[T]() == 4 {
 		shift = 23 - 5
 	}
-	forEachStored(red, func(_ uint32, x T) {
+	for _, x := range red.Values {
 		if x == 0 {
-			return
+			continue
 		}
-		if j := estimateBucket(&edges, magnitudeKey[T](float64(x)), shift); j >= 0 {
+		if j := estimateBucket(&edges, magnitudeKeyOf(x), shift); j >= 0 {
 			counts[j]++
 		}
-	})
+	}
 	if err := c.allreduceCounts(counts, res); err != nil {
 		return cut, false, err
 	}

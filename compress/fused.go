@@ -29,11 +29,14 @@ const (
 	guessLimit = 4
 )
 
-// accumulateSelect sets v += g and appends to dst the indices Select
-// would append for the updated v.
-func (s *Selector[T]) accumulateSelect(dst []uint32, v, g []T, k int, st *State) ([]uint32, Result) {
+// accumulateSelect sets v += g (and g = 0 when takeGrad) and appends to dst
+// the indices Select would append for the updated v.
+func (s *Selector[T]) accumulateSelect(dst []uint32, v, g []T, k int, st *State, takeGrad bool) ([]uint32, Result) {
+	if (s.cfg.Method == Sampled || s.cfg.Method == Reuse) && k > 0 {
+		return s.accumulateThreshold(dst, v, g, k, st, takeGrad)
+	}
 	if s.cfg.Method != Exact || k <= 0 || k >= len(v) {
-		accumulate(v, g)
+		accumulateAll(v, g, takeGrad)
 		return s.Select(dst, v, k, st)
 	}
 	st.Step++ // as Select does
@@ -41,11 +44,11 @@ func (s *Selector[T]) accumulateSelect(dst []uint32, v, g []T, k int, st *State)
 	base := len(dst)
 	if k32, k64 := keysOf(v); k32 != nil {
 		var t uint32
-		dst, t = accumulateTopK(&s.sc, dst, v, g, k32, k, st.threshold)
+		dst, t = accumulateTopK(&s.sc, dst, v, g, k32, k, st.threshold, takeGrad)
 		r.Threshold = magnitudeOf(t)
 	} else {
 		var t uint64
-		dst, t = accumulateTopK(&s.sc, dst, v, g, k64, k, st.threshold)
+		dst, t = accumulateTopK(&s.sc, dst, v, g, k64, k, st.threshold, takeGrad)
 		r.Threshold = magnitudeOf(t)
 	}
 	r.Count, r.Exact = len(dst)-base, true
@@ -53,16 +56,35 @@ func (s *Selector[T]) accumulateSelect(dst []uint32, v, g []T, k int, st *State)
 	return dst, r
 }
 
-// accumulateTopK is accumulate(v, g) then topK on keys, v's bits
-// (0 < k < len(keys)): in one pass when last, the previous threshold,
-// makes a good guess, else with the histogram of the first pass fused.
-func accumulateTopK[T Float, K key](s *scratch, dst []uint32, v, g []T, keys []K, k int, last float64) ([]uint32, K) {
+// accumulateThreshold is accumulateSelect for Sampled and Reuse (k > 0).
+func (s *Selector[T]) accumulateThreshold(dst []uint32, v, g []T, k int, st *State, takeGrad bool) ([]uint32, Result) {
+	seed := mix(st.Seed, st.Step) // as Select draws it
+	st.Step++
+	var r Result
+	k32, k64 := keysOf(v)
+	switch {
+	case s.cfg.Method == Reuse && k32 != nil:
+		dst = accumulateReuse(&s.sc, dst, v, g, k32, k, &s.cfg, st, &r, takeGrad)
+	case s.cfg.Method == Reuse:
+		dst = accumulateReuse(&s.sc, dst, v, g, k64, k, &s.cfg, st, &r, takeGrad)
+	case k32 != nil:
+		dst = accumulateSampled(&s.sc, dst, v, g, k32, k, &s.cfg, seed, &r, takeGrad)
+	default:
+		dst = accumulateSampled(&s.sc, dst, v, g, k64, k, &s.cfg, seed, &r, takeGrad)
+	}
+	return dst, r
+}
+
+// accumulateTopK is accumulate(v, g) (with g = 0 when takeGrad) then topK
+// on keys, v's bits (0 < k < len(keys)): in one pass when last, the
+// previous threshold, makes a good guess, else with the histogram of the
+// first pass fused.
+func accumulateTopK[T Float, K key](s *scratch, dst []uint32, v, g []T, keys []K, k int, last float64, takeGrad bool) ([]uint32, K) {
 	g = g[:len(v)]
 	if !(last > 0) {
 		hist := s.histogram()
 		for lo := 0; lo < len(v); lo += gatherChunk {
-			hi := min(lo+gatherChunk, len(v))
-			accumulate(v[lo:hi], g[lo:hi])
+			hi := accumulateBlock(v, g, lo, takeGrad)
 			topDigits(hist, keys[lo:hi])
 		}
 		return topKOfHistogram(s, dst, keys, k, hist)
@@ -72,8 +94,7 @@ func accumulateTopK[T Float, K key](s *scratch, dst []uint32, v, g []T, keys []K
 	limit, gathering := guessLimit*k, true
 	found := gatheredKeys[K](s)[:0]
 	for lo := 0; lo < len(v); lo += gatherChunk {
-		hi := min(lo+gatherChunk, len(v))
-		accumulate(v[lo:hi], g[lo:hi])
+		hi := accumulateBlock(v, g, lo, takeGrad)
 		if gathering {
 			from := len(dst)
 			dst, gathering, _ = gatherAtLeast(dst, keys[lo:hi], guess, limit-(from-base))
@@ -98,6 +119,18 @@ func accumulateTopK[T Float, K key](s *scratch, dst []uint32, v, g []T, keys []K
 		return dst[:base+len(pos)], t
 	}
 	return topK(s, dst[:base], keys, k)
+}
+
+// accumulateBlock runs accumulate on the block of gatherChunk entries of
+// v and g from lo, then zeroes it in g when takeGrad (its lines still in the
+// cache: StepTaking), and returns the block's end.
+func accumulateBlock[T Float](v, g []T, lo int, takeGrad bool) int {
+	hi := min(lo+gatherChunk, len(v))
+	accumulate(v[lo:hi], g[lo:hi])
+	if takeGrad {
+		clear(g[lo:hi])
+	}
+	return hi
 }
 
 // gatheredKeys is s's buffer for gathered keys of type K.

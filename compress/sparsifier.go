@@ -31,8 +31,9 @@ type Sparsifier[T Float] struct {
 	velocity []T // u; nil without momentum correction
 	layers   []layer
 	epoch    float64
-	// deferMask leaves momentum masking to Mask (DeferMasking).
-	deferMask bool
+	// deferRemoval leaves the selected entries in the state for Remove
+	// (DeferRemoval).
+	deferRemoval bool
 }
 
 type layer struct {
@@ -128,14 +129,32 @@ type StepInfo struct {
 // Without error feedback the selected values are grad's and nothing is
 // kept; grad itself is never modified. The selected entries leave the
 // residual (and, with masking, the velocity): if they cannot be delivered,
-// Restore puts them back.
+// Restore puts them back. With DeferRemoval they stay until Remove.
 func (s *Sparsifier[T]) Step(grad []T, out *sparse.Vector[T]) (StepInfo, error) {
+	return s.step(grad, out, false)
+}
+
+// StepTaking is Step for a caller that overwrites grad with the
+// reduction's result next: with error feedback, which keeps grad in the
+// residual, it also sets grad to zero, block by block in the pass that
+// adds it into the residual, so that the caller writes the result's
+// entries alone instead of clearing the whole buffer first
+// (BenchmarkCompressorScopes, its local case). Without error feedback it is Step.
+func (s *Sparsifier[T]) StepTaking(grad []T, out *sparse.Vector[T]) (StepInfo, error) {
+	return s.step(grad, out, s.residual != nil)
+}
+
+// step is Step, also zeroing grad when takeGrad (error feedback only).
+func (s *Sparsifier[T]) step(grad []T, out *sparse.Vector[T], takeGrad bool) (StepInfo, error) {
 	if len(grad) != s.n {
 		return StepInfo{}, fmt.Errorf("%w: gradient of %d entries for a sparsifier of %d", ErrInvalid, len(grad), s.n)
 	}
 	acc := grad
 	if s.velocity != nil {
 		accumulateMomentum(s.residual, s.velocity, grad, s.cfg.Momentum)
+		if takeGrad {
+			clear(grad)
+		}
 	}
 	if s.residual != nil {
 		acc = s.residual
@@ -152,7 +171,7 @@ func (s *Sparsifier[T]) Step(grad []T, out *sparse.Vector[T]) (StepInfo, error) 
 		base := len(idx)
 		var r Result
 		if fused {
-			idx, r = s.sel.accumulateSelect(idx, acc[l.off:l.off+l.n], grad[l.off:l.off+l.n], k, &l.st)
+			idx, r = s.sel.accumulateSelect(idx, acc[l.off:l.off+l.n], grad[l.off:l.off+l.n], k, &l.st, takeGrad)
 		} else {
 			idx, r = s.sel.Select(idx, acc[l.off:l.off+l.n], k, &l.st)
 		}
@@ -174,7 +193,11 @@ func (s *Sparsifier[T]) Step(grad []T, out *sparse.Vector[T]) (StepInfo, error) 
 		info.Threshold = 0
 	}
 	out.Indices = idx
-	out.Values = take(reserve(out.Values, len(idx)), acc, idx, s.residual, s.maskedVelocity())
+	residual, masked := s.residual, s.maskedVelocity()
+	if s.deferRemoval {
+		residual, masked = nil, nil
+	}
+	out.Values = take(reserve(out.Values, len(idx)), acc, idx, residual, masked)
 	info.Selected = len(idx)
 	return info, nil
 }
@@ -203,34 +226,41 @@ func reserve[E any](s []E, n int) []E {
 	return s[:0]
 }
 
-// maskedVelocity is the velocity whose sent entries Step clears: with
-// momentum-factor masking not deferred, the velocity; else nil.
+// maskedVelocity is the velocity whose sent entries are cleared: with
+// momentum-factor masking, the velocity; else nil.
 func (s *Sparsifier[T]) maskedVelocity() []T {
-	if s.cfg.NoMomentumMasking || s.deferMask {
+	if s.cfg.NoMomentumMasking {
 		return nil
 	}
 	return s.velocity
 }
 
-// DeferMasking makes Step leave the velocity of the selected entries in
-// place, for a reduction that applies only some of them (a global top-k):
-// Mask then clears the velocity of those it applied, and an entry
-// selected but not applied keeps its momentum, as if it had not been
-// selected. Without momentum masking it changes nothing.
-func (s *Sparsifier[T]) DeferMasking() { s.deferMask = true }
+// DeferRemoval makes Step leave the selected entries in the residual
+// (and their velocity, with momentum masking), for a reduction that
+// applies only some of them (a global top-k): Remove then takes out those
+// it applied, and an entry selected but not applied stays as if it had
+// not been selected, momentum included. After a failed reduction nothing
+// is to be done: the residual still holds every selected entry (Restore
+// is for a Sparsifier without DeferRemoval). The residual ends
+// bit-identical to clearing the selected entries and adding the
+// unapplied ones back, and the step touches the residual only at the
+// applied entries instead of at every selected one twice
+// (BenchmarkCompressorScopes).
+func (s *Sparsifier[T]) DeferRemoval() { s.deferRemoval = true }
 
-// Mask completes a deferred step's momentum masking: it clears the
-// velocity of the entries of sent (what Step returned) that are not in
-// dropped (what the reduction did not apply, a subset of sent), both with
-// indices increasing. Without DeferMasking, or without momentum masking,
-// it does nothing.
-func (s *Sparsifier[T]) Mask(sent, dropped *sparse.Vector[T]) error {
-	if !s.deferMask || s.velocity == nil || s.cfg.NoMomentumMasking {
+// Remove completes a deferred step: it clears, in the residual and (with
+// momentum masking) in the velocity, the entries of sent (what Step
+// returned) that are not in dropped (what the reduction did not apply, a
+// subset of sent), both with indices increasing. Without DeferRemoval it
+// does nothing.
+func (s *Sparsifier[T]) Remove(sent, dropped *sparse.Vector[T]) error {
+	if !s.deferRemoval {
 		return nil
 	}
 	if sent.Dim != s.n || dropped.Dim != s.n || sent.Dense || dropped.Dense {
-		return fmt.Errorf("%w: masking vectors of dimension %d and %d in a sparsifier of %d", ErrInvalid, sent.Dim, dropped.Dim, s.n)
+		return fmt.Errorf("%w: removing vectors of dimension %d and %d from a sparsifier of %d", ErrInvalid, sent.Dim, dropped.Dim, s.n)
 	}
+	residual, masked := s.residual, s.maskedVelocity()
 	j := 0
 	for _, i := range sent.Indices {
 		for j < len(dropped.Indices) && dropped.Indices[j] < i {
@@ -239,7 +269,12 @@ func (s *Sparsifier[T]) Mask(sent, dropped *sparse.Vector[T]) error {
 		if j < len(dropped.Indices) && dropped.Indices[j] == i {
 			continue
 		}
-		s.velocity[i] = 0
+		if residual != nil {
+			residual[i] = 0
+		}
+		if masked != nil {
+			masked[i] = 0
+		}
 	}
 	return nil
 }
@@ -247,10 +282,10 @@ func (s *Sparsifier[T]) Mask(sent, dropped *sparse.Vector[T]) error {
 // Restore adds the values of sent, a vector Step returned, back into the
 // residual, after a failed reduction, so that the step's selected entries
 // are sent later instead of lost. (The velocity that momentum masking
-// cleared is not restored; with DeferMasking it was not cleared.)
-// Without error feedback it does nothing.
+// cleared is not restored.) Without error feedback, or with
+// DeferRemoval, it does nothing.
 func (s *Sparsifier[T]) Restore(sent *sparse.Vector[T]) error {
-	if s.residual == nil {
+	if s.residual == nil || s.deferRemoval {
 		return nil
 	}
 	if sent.Dim != s.n {

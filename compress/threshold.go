@@ -91,10 +91,22 @@ func bounds(k int, tol float64) (lo, hi int) {
 // unchanged, when the count is below lo or the pass stopped early; est is
 // then an estimate of how many entries are at or above t.
 func atThreshold[K key](s *scratch, dst []uint32, keys []K, k int, t K, tol float64, r *Result) (_ []uint32, ok bool, est float64) {
+	base := len(dst)
+	dst, ok, scanned := gatherAtLeast(dst, keys, t, gatherLimit(k, tol))
+	return settleThreshold(s, dst, base, keys, k, t, tol, r, ok, scanned)
+}
+
+// gatherLimit is the most entries atThreshold gathers for a target k.
+func gatherLimit(k int, tol float64) int {
+	_, hi := bounds(k, tol)
+	return max(hi, candidateFactor*k)
+}
+
+// settleThreshold is atThreshold after its pass, which appended to
+// dst[:base] (ok) or stopped after scanned entries (not ok).
+func settleThreshold[K key](s *scratch, dst []uint32, base int, keys []K, k int, t K, tol float64, r *Result, ok bool, scanned int) (_ []uint32, _ bool, est float64) {
 	lo, hi := bounds(k, tol)
 	limit := max(hi, candidateFactor*k)
-	base := len(dst)
-	dst, ok, scanned := gatherAtLeast(dst, keys, t, limit)
 	if !ok {
 		return dst, false, float64(limit+1) * float64(len(keys)) / float64(scanned)
 	}
@@ -124,22 +136,54 @@ func atThreshold[K key](s *scratch, dst []uint32, keys []K, k int, t K, tol floa
 // to exact top-k.
 func sampled[K key](s *scratch, dst []uint32, keys []K, k int, p *Config, seed uint64, r *Result) []uint32 {
 	n := len(keys)
-	m := max(int(math.Ceil(p.SampleFraction*float64(n))), minSample,
-		int(math.Ceil(minSampleRank*float64(n)/float64(k))))
-	if k >= n || 4*m >= n {
+	m, worth := sampleSize(n, k, p)
+	if !worth {
 		return exact(s, dst, keys, k, r) // sampling would not save a pass
 	}
+	sample := drawSample(s, n, m, seed, func(i int) K { return keys[i] })
+	return sampledTries(s, dst, keys, k, p, sample, r, nil)
+}
+
+// sampleSize is the size of sampled's sample of n entries for k, and
+// whether sampling is worth a pass (it is not when k >= n or the sample
+// is a quarter of the input).
+func sampleSize(n, k int, p *Config) (m int, worth bool) {
+	m = max(int(math.Ceil(p.SampleFraction*float64(n))), minSample,
+		int(math.Ceil(minSampleRank*float64(n)/float64(k))))
+	return m, k < n && 4*m < n
+}
+
+// drawSample draws sampled's stratified sample of m magnitude keys (one
+// at a random position in each of m equal blocks of the n entries) from
+// seed; key(i) is entry i's key.
+func drawSample[K key](s *scratch, n, m int, seed uint64, key func(int) K) []K {
 	sample := sampleKeys[K](s, m)
 	block := n / m
 	rng := newRNG(seed)
 	mask := absMask[K]()
 	for j := range sample {
-		sample[j] = keys[j*block+int(rng.below(uint64(block)))] & mask
+		sample[j] = key(j*block+int(rng.below(uint64(block)))) & mask
 	}
+	return sample
+}
+
+// sampledTries is sampled once the sample is drawn: the threshold of
+// the sample's order statistic, corrected on a miss. first, when not
+// nil, runs the first try's atThreshold (fused with the pass that
+// updates keys, accumulateThreshold).
+func sampledTries[K key](s *scratch, dst []uint32, keys []K, k int, p *Config, sample []K, r *Result, first func(t K) ([]uint32, bool, float64)) []uint32 {
+	n, m := len(keys), len(sample)
 	rank := max(1, int(math.Ceil(float64(k)*float64(m)/float64(n))))
 	for try := 0; ; try++ {
 		t := max(kthLargest(s, sample, rank), 1)
-		out, ok, est := atThreshold(s, dst, keys, k, t, p.Tolerance, r)
+		var out []uint32
+		var ok bool
+		var est float64
+		if try == 0 && first != nil {
+			out, ok, est = first(t)
+		} else {
+			out, ok, est = atThreshold(s, dst, keys, k, t, p.Tolerance, r)
+		}
 		if ok {
 			return out
 		}
@@ -164,17 +208,34 @@ func sampled[K key](s *scratch, dst []uint32, keys []K, k int, p *Config, seed u
 // step, recomputed exactly every p.ReuseSteps steps and whenever the count
 // misses the tolerance.
 func reuse[K key](s *scratch, dst []uint32, keys []K, k int, p *Config, st *State, r *Result) []uint32 {
-	if st.age > 0 && st.age < p.ReuseSteps && k < len(keys) {
-		out, ok, _ := atThreshold(s, dst, keys, k, keyAtLeast[K](st.threshold), p.Tolerance, r)
-		if ok {
-			st.age++
-			if r.Exact {
-				st.threshold, st.age = r.Threshold, 1 // an exact recomputation, for free
-			}
-			return out
-		}
-		r.Fallback = true
+	if !reusable(st, p, k, len(keys)) {
+		return reuseExact(s, dst, keys, k, st, r)
 	}
+	out, ok, _ := atThreshold(s, dst, keys, k, keyAtLeast[K](st.threshold), p.Tolerance, r)
+	return reuseSettle(s, dst, out, ok, keys, k, st, r)
+}
+
+// reusable says whether reuse tries the kept threshold on n entries.
+func reusable(st *State, p *Config, k, n int) bool {
+	return st.age > 0 && st.age < p.ReuseSteps && k < n
+}
+
+// reuseSettle is reuse after atThreshold returned out and ok: out, or
+// the exact selection appended to dst on a miss.
+func reuseSettle[K key](s *scratch, dst, out []uint32, ok bool, keys []K, k int, st *State, r *Result) []uint32 {
+	if !ok {
+		r.Fallback = true
+		return reuseExact(s, dst, keys, k, st, r)
+	}
+	st.age++
+	if r.Exact {
+		st.threshold, st.age = r.Threshold, 1 // an exact recomputation, for free
+	}
+	return out
+}
+
+// reuseExact is reuse's exact selection, whose threshold it keeps.
+func reuseExact[K key](s *scratch, dst []uint32, keys []K, k int, st *State, r *Result) []uint32 {
 	dst = exact(s, dst, keys, k, r)
 	st.threshold, st.age = r.Threshold, 1
 	return dst
