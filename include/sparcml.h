@@ -482,10 +482,10 @@ int sparcml_compressor_create_scoped(sparcml_comm *comm, size_t count,
  * every collective (its operation is named "sparse-allreduce" in errors).
  * A NULL buf or a count other than the compressor's fails the reduction
  * on every rank (SPARCML_ERR_INVALID here, SPARCML_ERR_ABORTED on the
- * others). If the reduction fails once it has started, buf is left
- * holding the gradient, which is already in the residual (with the
- * selected entries put back), so a later step still sends it: do not
- * apply buf, and do not reduce the same gradient again. */
+ * others). If the reduction fails once it has started, with error
+ * feedback buf is left at zero and the whole gradient is in the
+ * residual, so a later step still sends it: do not apply buf, and do not
+ * reduce the same gradient again. */
 int sparcml_compressor_reduce(sparcml_compressor *comp, void *buf,
 			      size_t count);
 

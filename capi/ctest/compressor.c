@@ -403,16 +403,26 @@ static void compressor_errors(void)
 		x[i] = (float)i;
 	rc = sparcml_compressor_reduce(comp, g_rank == b1 ? NULL : x, 100);
 	check_failed("NULL gradient", rc, b1, SPARCML_ERR_INVALID, "sparse-allreduce");
+	/* A rank whose call started took the whole gradient into the residual
+	 * and left its buffer at zero; the bad rank took nothing. */
+	int took1 = g_rank != b1;
+	for (int i = 0; i < 100; i++)
+		if (x[i] != (took1 ? 0.0f : (float)i)) {
+			CHECK(0, "gradient after a failed reduction: [%d] = %g, want %g", i, x[i],
+			      took1 ? 0.0 : (double)i);
+			break;
+		}
 	int b2 = bad_rank(++c);
 	rc = sparcml_compressor_reduce(comp, x, g_rank == b2 ? 99 : 100);
 	check_failed("wrong count", rc, b2, SPARCML_ERR_INVALID, "sparse-allreduce");
-	/* Nothing was lost: a bad rank accumulated nothing, the others put
-	 * their selection back into the residual after the failure. */
+	/* Nothing was lost: the residual holds every gradient a started call
+	 * took, once (the second call's buffer is zero where the first took). */
+	int took2 = g_rank != b2 && !took1;
 	CHECK_OK(sparcml_compressor_residual(comp, y, 100));
-	float times = (float)((g_rank != b1) + (g_rank != b2));
+	float times = (float)(took1 + took2);
 	for (int i = 0; i < 100; i++)
-		if (y[i] != times * x[i]) {
-			CHECK(0, "residual after failed reductions: [%d] = %g, want %g", i, y[i], times * x[i]);
+		if (y[i] != times * (float)i) {
+			CHECK(0, "residual after failed reductions: [%d] = %g, want %g", i, y[i], times * (float)i);
 			break;
 		}
 	CHECK(sparcml_compressor_residual(comp, y, 50) == SPARCML_ERR_INVALID, "residual with the wrong count");
