@@ -1,17 +1,13 @@
 package collectives_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/sparcml/sparcml/collectives"
-	"github.com/sparcml/sparcml/collectives/coltest"
 	"github.com/sparcml/sparcml/sparse"
-	"github.com/sparcml/sparcml/transport"
 )
 
 // latencyModel is the simulator's model of a 10 Gbit/s network of 5 us
@@ -78,7 +74,7 @@ func TestSparseAutoCarriesScatter(t *testing.T) {
 	outs, stats, sent, msgs, errs := spRunCounting(t, in, auto)
 	forced := auto
 	forced.Algo = collectives.AlgoSSARSplitAllgather
-	_, _, forcedSent, forcedMsgs, forcedErrs := spRunCounting(t, in, forced)
+	_, forcedStats, forcedSent, forcedMsgs, forcedErrs := spRunCounting(t, in, forced)
 	ref := spReference(in)
 	for r := range p {
 		if errs[r] != nil || forcedErrs[r] != nil {
@@ -88,7 +84,7 @@ func TestSparseAutoCarriesScatter(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	if stats[0].Algo != collectives.AlgoSSARSplitAllgather || !slices.Equal(stats[0].Bounds, forcedBounds(dim, p)) {
+	if stats[0].Algo != collectives.AlgoSSARSplitAllgather || !slices.Equal(stats[0].Bounds, forcedStats[0].Bounds) {
 		t.Fatalf("auto ran %v on %v, want ssar-split on equal ranges", stats[0].Algo, stats[0].Bounds)
 	}
 	for r := range p {
@@ -97,33 +93,4 @@ func TestSparseAutoCarriesScatter(t *testing.T) {
 			t.Errorf("rank %d: %d messages and %d bytes, forced ssar-split %d and %d", r, msgs[r], sent[r], forcedMsgs[r], forcedSent[r])
 		}
 	}
-}
-
-// forcedBounds are the equal ranges a forced split algorithm runs on.
-func forcedBounds(dim, p int) []int {
-	b := make([]int, p+1)
-	for i := range b {
-		b[i] = int(uint64(dim) * uint64(i) / uint64(p))
-	}
-	return b
-}
-
-// spRunCounting is spRun that also returns the messages each rank sent.
-func spRunCounting[T collectives.Float](t testing.TB, in []*sparse.Vector[T], opts collectives.SparseOptions) ([]*sparse.Vector[T], []collectives.SparseStats, []int64, []int64, []error) {
-	p := len(in)
-	outs := make([]*sparse.Vector[T], p)
-	stats := make([]collectives.SparseStats, p)
-	sent, msgs := make([]int64, p), make([]int64, p)
-	errs := coltest.Run(t, p, 20*time.Second, func(ctx context.Context, tr transport.Transport) error {
-		r := tr.Rank()
-		op := coltest.NewOp(ctx, tr, 7, transport.Desc{})
-		before := tr.Stats()
-		outs[r] = &sparse.Vector[T]{}
-		var err error
-		stats[r], err = collectives.SparseAllreduce(op, in[r], outs[r], opts)
-		d := tr.Stats().Sub(before)
-		sent[r], msgs[r] = int64(d.BytesSent), int64(d.MsgsSent)
-		return err
-	})
-	return outs, stats, sent, msgs, errs
 }

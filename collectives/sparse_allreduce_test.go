@@ -194,10 +194,16 @@ func spCheckResult[T collectives.Float](got *sparse.Vector[T], ref map[int]T, di
 // spRun runs SparseAllreduce on every rank and returns the outputs, stats
 // and payload bytes each rank sent.
 func spRun[T collectives.Float](t testing.TB, in []*sparse.Vector[T], opts collectives.SparseOptions) ([]*sparse.Vector[T], []collectives.SparseStats, []int64, []error) {
+	outs, stats, sent, _, errs := spRunCounting(t, in, opts)
+	return outs, stats, sent, errs
+}
+
+// spRunCounting is spRun that also returns the messages each rank sent.
+func spRunCounting[T collectives.Float](t testing.TB, in []*sparse.Vector[T], opts collectives.SparseOptions) ([]*sparse.Vector[T], []collectives.SparseStats, []int64, []int64, []error) {
 	p := len(in)
 	outs := make([]*sparse.Vector[T], p)
 	stats := make([]collectives.SparseStats, p)
-	sent := make([]int64, p)
+	sent, msgs := make([]int64, p), make([]int64, p)
 	errs := coltest.Run(t, p, 20*time.Second, func(ctx context.Context, tr transport.Transport) error {
 		r := tr.Rank()
 		op := coltest.NewOp(ctx, tr, 7, transport.Desc{})
@@ -205,10 +211,11 @@ func spRun[T collectives.Float](t testing.TB, in []*sparse.Vector[T], opts colle
 		outs[r] = &sparse.Vector[T]{}
 		var err error
 		stats[r], err = collectives.SparseAllreduce(op, in[r], outs[r], opts)
-		sent[r] = int64(tr.Stats().Sub(before).BytesSent)
+		d := tr.Stats().Sub(before)
+		sent[r], msgs[r] = int64(d.BytesSent), int64(d.MsgsSent)
 		return err
 	})
-	return outs, stats, sent, errs
+	return outs, stats, sent, msgs, errs
 }
 
 func testSparseAllreduceProperty[T collectives.Float](t *testing.T, seed uint64) {
