@@ -84,7 +84,7 @@ func divideBy[T Float](data []T, q T) {
 
 func sumInto[T Float](dst, src []T) {
 	src = src[:len(dst)]
-	i := 0
+	i := sumVec(dst, src)
 	for ; i+4 <= len(dst); i += 4 {
 		d, s := dst[i:i+4:i+4], src[i:i+4:i+4]
 		d[0] += s[0]
