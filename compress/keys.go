@@ -72,3 +72,8 @@ func keyAtLeast[K key](t float64) K {
 	}
 	return m
 }
+
+// keys32 is keys as []uint32, for keys of 32 bits (magBits 31).
+func keys32[K key](keys []K) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(keys))), len(keys))
+}

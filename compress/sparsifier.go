@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/sparcml/sparcml/internal/vec"
 	"github.com/sparcml/sparcml/sparse"
 )
 
@@ -294,22 +295,9 @@ func (s *Sparsifier[T]) Restore(sent *sparse.Vector[T]) error {
 	return sent.AddTo(s.residual)
 }
 
-// accumulate is the error-feedback update v += g. The error-feedback
-// benchmark (BenchmarkAccumulate) compares it with the dense add kernel.
-func accumulate[T Float](v, g []T) {
-	g = g[:len(v)]
-	i := 0
-	for ; i+4 <= len(v); i += 4 {
-		d, s := v[i:i+4:i+4], g[i:i+4:i+4]
-		d[0] += s[0]
-		d[1] += s[1]
-		d[2] += s[2]
-		d[3] += s[3]
-	}
-	for ; i < len(v); i++ {
-		v[i] += g[i]
-	}
-}
+// accumulate is the error-feedback update v += g, on vector kernels where
+// the CPU has them (BenchmarkAccumulate).
+func accumulate[T Float](v, g []T) { vec.Add(v, g) }
 
 // accumulateMomentum is momentum correction's update: u = m*u + g, then
 // v += u. The product is rounded to T before the addition (the explicit

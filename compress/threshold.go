@@ -18,7 +18,11 @@ package compress
 // statistic of a random sample; Reuse (Ok-Topk) keeps the exact threshold
 // of an earlier step.
 
-import "math"
+import (
+	"math"
+
+	"github.com/sparcml/sparcml/internal/vec"
+)
 
 // gatherChunk is how many entries gatherAtLeast scans between checks of
 // its count against the limit.
@@ -35,7 +39,8 @@ const gatherChunk = 4096
 // OR of the eight sums has that bit set exactly when one of them is a
 // hit, and only then are the eight looked at one by one. Three integer
 // operations per entry and no branch to mispredict but per group: faster
-// than a branch per entry (BenchmarkSampled).
+// than a branch per entry (BenchmarkSampled). float32 keys go through
+// vec's AVX2 scan instead where the CPU has it, 32 entries a compare.
 func gatherAtLeast[K key](dst []uint32, keys []K, t K, limit int) (_ []uint32, ok bool, scanned int) {
 	base := len(dst)
 	mask := absMask[K]()
@@ -43,6 +48,13 @@ func gatherAtLeast[K key](dst []uint32, keys []K, t K, limit int) (_ []uint32, o
 	c := K(1)<<b - t
 	for lo := 0; lo < len(keys); lo += gatherChunk {
 		blk := keys[lo:min(lo+gatherChunk, len(keys))]
+		if b == 31 && vec.HasAtLeast32 {
+			dst = vec.AppendAtLeast32(dst, keys32(blk), uint32(t), uint32(lo))
+			if len(dst)-base > limit {
+				return dst[:base], false, lo + len(blk)
+			}
+			continue
+		}
 		i := 0
 		for ; i+8 <= len(blk); i += 8 {
 			g := blk[i : i+8 : i+8]
