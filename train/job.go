@@ -32,7 +32,9 @@ type Job struct {
 // Record is one evaluation: where the training is, the losses and
 // accuracy, and the time and bytes spent so far. Times are averages over
 // the ranks, bytes the gradient reductions' payload and headers sent per
-// rank, averaged over the ranks.
+// rank, averaged over the ranks. It also carries the settings that the
+// variant's name does not (seed, batch, momentum, and top-k's selection
+// and warm-up), so that a file of records says how it was made.
 type Record struct {
 	Variant      string   `json:"variant"`
 	Epoch        float64  `json:"epoch"`
@@ -52,6 +54,11 @@ type Record struct {
 	LR           float64  `json:"lr"`
 	Model        string   `json:"model"`
 	Data         string   `json:"data"`
+	Seed         uint64   `json:"seed"`
+	Batch        int      `json:"batch"`    // per rank
+	Momentum     float64  `json:"momentum"` // SGD's
+	Select       string   `json:"select,omitempty"`
+	WarmupEpochs float64  `json:"warmup_epochs,omitempty"`
 }
 
 // Result is a finished run: its evaluations and the trained model.
@@ -283,9 +290,12 @@ func (r *run) evaluate(ctx context.Context, step int) error {
 		TimeS: sums[8] / p, EvalS: r.evalTime.Seconds(),
 		Reduce: r.v.Reduce, Density: r.v.Density, Quant: r.v.Quant.String(), NP: r.job.Comm.Size(),
 		LR: r.sched.at(float64(step) / float64(max(r.steps, 1))), Model: r.m.Describe(), Data: r.job.Cfg.Data,
+		Seed: r.job.Cfg.Seed, Batch: r.job.Cfg.Batch, Momentum: r.job.Cfg.Momentum,
 	}
 	if rec.Reduce != "topk" {
 		rec.Density = 1
+	} else {
+		rec.Select, rec.WarmupEpochs = r.job.Cfg.Select, r.job.Cfg.WarmupEpochs
 	}
 	if sums[4] > 0 {
 		tl := sums[3] / sums[4]

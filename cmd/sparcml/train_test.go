@@ -137,7 +137,8 @@ func TestTrainShortRunAndReload(t *testing.T) {
 	}
 	recs := records(t, out)
 	final := recs[len(recs)-1]
-	if final.Epoch != 2 || final.NP != 3 || final.Reduce != "dense" || final.BytesSent <= 0 || final.ComputeS <= 0 || final.CommS <= 0 {
+	if final.Epoch != 2 || final.NP != 3 || final.Reduce != "dense" || final.BytesSent <= 0 || final.ComputeS <= 0 || final.CommS <= 0 ||
+		final.Seed != 1 || final.Batch != 64 || final.Momentum != 0.9 || final.Select != "" { // the defaults, resolved
 		t.Fatalf("final record %+v", final)
 	}
 	if final.TestAccuracy < 0.6 || final.TestAccuracy <= recs[0].TestAccuracy+0.3 {

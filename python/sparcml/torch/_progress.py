@@ -9,7 +9,7 @@ observed by wait() or test(). Who observes it:
   (sparcml_wait releases the GIL). This is the common path (every blocking
   torch.distributed call ends in work.wait()) and it involves no other
   thread: a hand-over to a thread and back costs hundreds of microseconds
-  on a small operation (python/tools/backend_bench.py, the call cost).
+  on a small operation (python/tools/call_bench.py).
 - A torch Future must complete with no one waiting on it (DDP chains
   .then() onto a hook's Future and waits much later), so get_future(),
   and a Work dropped before completion, hand the operation to the
