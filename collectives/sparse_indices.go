@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
 )
 
 // IndexWire says how the exact sparse allreduce sends the indices of its
@@ -74,6 +75,32 @@ func (c *spCall[T]) encodeExact(dst []byte, v *sparse.Vector[T], lo, hi int) ([]
 		return v.AppendEncodeRangePacked(dst, lo, hi)
 	}
 	return v.AppendEncodeRange(dst, lo, hi)
+}
+
+// reportMerge reports a merge of parts (sparse.SumAll, sparse.Add) to
+// t's Work: an element vector's entries as merged bytes; a block vector's
+// rows by their indices merged and their values reduced as dense arrays,
+// as the cost model prices them (spPlan.reduce).
+func reportMerge[T Float](t transport.Transport, parts []*sparse.Vector[T]) {
+	if !anyBlock(parts) {
+		transport.Work(t, transport.KernelMerge, entryBytes(parts))
+		return
+	}
+	rows := 0
+	for _, v := range parts {
+		rows += v.NNZ()
+	}
+	transport.Work(t, transport.KernelMerge, rows*sparse.IndexSize)
+	transport.Work(t, transport.KernelReduce, rows*parts[0].EntrySize())
+}
+
+func anyBlock[T Float](parts []*sparse.Vector[T]) bool {
+	for _, v := range parts {
+		if v.IsBlock() {
+			return true
+		}
+	}
+	return false
 }
 
 // entryBytes is the size of the entries of parts (an index and a value
