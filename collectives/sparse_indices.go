@@ -78,20 +78,33 @@ func (c *spCall[T]) encodeExact(dst []byte, v *sparse.Vector[T], lo, hi int) ([]
 }
 
 // reportMerge reports a merge of parts (sparse.SumAll, sparse.Add) to
-// t's Work: an element vector's entries as merged bytes; a block vector's
-// rows by their indices merged and their values reduced as dense arrays,
-// as the cost model prices them (spPlan.reduce).
+// t's Work, as mergeWork counts it.
 func reportMerge[T Float](t transport.Transport, parts []*sparse.Vector[T]) {
+	reportMergeWork(t, mergeWork(parts))
+}
+
+// mergeWork is what a merge of parts costs, in bytes by kernel: an
+// element vector's entries merged; a block vector's rows merged by their
+// indices, their values reduced once as dense arrays, as the cost model
+// prices them (spPlan.reduce). Counted before the merge when the merge
+// recycles the parts' buffers.
+func mergeWork[T Float](parts []*sparse.Vector[T]) [2]int {
 	if !anyBlock(parts) {
-		transport.Work(t, transport.KernelMerge, entryBytes(parts))
-		return
+		return [2]int{entryBytes(parts), 0}
 	}
 	rows := 0
 	for _, v := range parts {
 		rows += v.NNZ()
 	}
-	transport.Work(t, transport.KernelMerge, rows*sparse.IndexSize)
-	transport.Work(t, transport.KernelReduce, rows*parts[0].EntrySize())
+	return [2]int{rows * sparse.IndexSize, rows * parts[0].EntrySize()}
+}
+
+// reportMergeWork reports mergeWork's bytes: merged, then reduced.
+func reportMergeWork(t transport.Transport, w [2]int) {
+	transport.Work(t, transport.KernelMerge, w[0])
+	if w[1] > 0 {
+		transport.Work(t, transport.KernelReduce, w[1])
+	}
 }
 
 func anyBlock[T Float](parts []*sparse.Vector[T]) bool {

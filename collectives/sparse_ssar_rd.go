@@ -159,7 +159,7 @@ func (p *rdPartial[T]) merge(peer int, msg, posted []byte, more bool) error {
 	if err != nil {
 		return err
 	}
-	merged := []*sparse.Vector[T]{p.cur, recvd}
+	work := mergeWork([]*sparse.Vector[T]{p.cur, recvd}) // before the merge recycles their buffers
 	encoded := 0
 	switch {
 	case recvd.Dense && !recvd.IsBlock() && spViews(recvd, msg):
@@ -189,7 +189,7 @@ func (p *rdPartial[T]) merge(peer int, msg, posted []byte, more bool) error {
 	if err != nil {
 		return c.op.Fail(err)
 	}
-	reportMerge(c.op.T, merged)
+	reportMergeWork(c.op.T, work)
 	if encoded > 0 {
 		c.codecWork(encoded)
 	}
