@@ -49,7 +49,6 @@ func spMsgBytes(nnz float64, n, s, hdr int) float64 {
 type spWire struct {
 	s      int        // value size in memory, and on the wire when exact (a row's for a block vector)
 	hdr    int        // header of an exact message: version 1's, or the block encoding's
-	block  bool       // a block vector's rows (s is a row's bytes)
 	kind   quant.Kind // quant.None: exact
 	bucket int        // of the stochastic kinds
 	// packed: exact values, the indices of a sparse message packed when
@@ -92,7 +91,7 @@ func spWireOf[T Float](kind quant.Kind) spWire {
 func spWireOfVector[T Float](v *sparse.Vector[T], kind quant.Kind) spWire {
 	w := spWireFor(v.EntrySize(), kind)
 	if v.IsBlock() {
-		w.hdr, w.block = sparse.BlockHeaderSize, true
+		w.hdr = sparse.BlockHeaderSize
 	}
 	return w
 }
@@ -158,8 +157,6 @@ func (w spWire) mem(nnz float64, n int, b float64, dense bool) float64 {
 type spPlan struct {
 	m                CostModel
 	sent, recv, red  []float64 // of the current phase
-	redRows          []float64 // block rows' values reduced in the phase (at Gamma; see reduce)
-	row              int       // a block vector's row bytes (spWire.s), 0 for element vectors
 	memSent, memRecv []float64 // in-memory bytes of the phase's messages (spWire.mem)
 	codec            []float64 // seconds of index packing of the phase (spWire.codecSecs)
 	totalSent        []float64
@@ -171,7 +168,7 @@ type spPlan struct {
 }
 
 func newSpPlan(m CostModel, p int) *spPlan {
-	return &spPlan{m: m, sent: make([]float64, p), recv: make([]float64, p), red: make([]float64, p), redRows: make([]float64, p),
+	return &spPlan{m: m, sent: make([]float64, p), recv: make([]float64, p), red: make([]float64, p),
 		memSent: make([]float64, p), memRecv: make([]float64, p), codec: make([]float64, p),
 		totalSent: make([]float64, p), msgs: make([]int, p), phaseMsgs: make([]int, p)}
 }
@@ -185,26 +182,7 @@ func (pl *spPlan) msg(from, to int, b, mem, reduceFactor float64) {
 	pl.memSent[from] += mem
 	pl.memRecv[to] += mem
 	pl.phaseMsgs[from]++
-	pl.reduce(to, mem, reduceFactor)
-}
-
-// reduce charges rank r for reducing mem in-memory bytes passes times. An
-// element vector's entries are merged at SparseGamma a byte each pass. A
-// block vector's rows are merged by their indices alone (mergeRows' heap
-// walks the keys, passes times), and each row's values are copied or
-// added once, as dense arrays at Gamma: charging a 256-byte row as 256
-// merged bytes priced the allgather of an embedding gradient (8 hosts,
-// 1M x 64, 1% of rows, power law) above ssar-split, which took 1.12-1.19x
-// its time (sparcml bench --op sparse-allreduce --block 64, every
-// algorithm forced in turn).
-func (pl *spPlan) reduce(r int, mem, passes float64) {
-	if pl.row == 0 || passes == 0 {
-		pl.red[r] += mem * passes
-		return
-	}
-	rows := mem / float64(sparse.IndexSize+pl.row)
-	pl.red[r] += rows * sparse.IndexSize * passes
-	pl.redRows[r] += rows * float64(pl.row)
+	pl.red[to] += mem * reduceFactor
 }
 
 // indexCodec charges the sender and the receiver of a packed message the
@@ -249,11 +227,11 @@ func (pl *spPlan) endPhase() {
 	latency := float64(max(pl.rounds, 1)) * pl.m.latency()
 	pl.rounds = 0
 	for r := range pl.sent {
-		t := pl.msgTime(latency, pl.phaseMsgs[r]) + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.sparseGamma() + pl.redRows[r]*pl.m.Gamma + (pl.memSent[r]+pl.memRecv[r])*pl.m.Gamma*codec + pl.codec[r]
+		t := pl.msgTime(latency, pl.phaseMsgs[r]) + max(pl.sent[r], pl.recv[r])*pl.m.Beta + pl.red[r]*pl.m.sparseGamma() + (pl.memSent[r]+pl.memRecv[r])*pl.m.Gamma*codec + pl.codec[r]
 		worst = max(worst, t)
 		pl.totalSent[r] += pl.sent[r]
 		pl.msgs[r] += pl.phaseMsgs[r]
-		pl.sent[r], pl.recv[r], pl.red[r], pl.redRows[r], pl.phaseMsgs[r] = 0, 0, 0, 0, 0
+		pl.sent[r], pl.recv[r], pl.red[r], pl.phaseMsgs[r] = 0, 0, 0, 0
 		pl.memSent[r], pl.memRecv[r], pl.codec[r] = 0, 0, 0
 	}
 	pl.seconds += worst
@@ -285,9 +263,6 @@ func (pl *spPlan) result(a Algo) SparsePrediction {
 // and planSparseAllgather (sparse_allgather.go).
 func spPredict(m CostModel, a Algo, p, dim int, w spWire, sup spSupports, bounds []int) SparsePrediction {
 	pl := newSpPlan(m, p)
-	if w.block {
-		pl.row = w.s
-	}
 	if w.lossy() && a == AlgoSSARRecursiveDoubling {
 		pl.seconds = math.Inf(1) // refused: it would re-quantize every round
 		return pl.result(a)

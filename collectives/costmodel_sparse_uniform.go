@@ -35,7 +35,7 @@ func planScatterUniform(pl *spPlan, p int, w spWire, u spUniform, bounds []int, 
 		all, s := lengths[of[q]].all, own[q]
 		pl.recv[q] += all.bytes - s.bytes
 		pl.memRecv[q] += all.mem - s.mem
-		pl.reduce(q, all.mem-s.mem, reduce)
+		pl.red[q] += (all.mem - s.mem) * reduce
 		pl.codec[q] += all.codec - s.codec
 		gotDense[q] = all.dense > s.dense
 	}

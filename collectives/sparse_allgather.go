@@ -28,7 +28,7 @@ func allgatherAllreduce[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 	if err := sparse.SumAll(res, parts); err != nil {
 		return c.op.Fail(err)
 	}
-	reportMerge(c.op.T, parts)
+	transport.Work(c.op.T, transport.KernelMerge, entryBytes(parts))
 	if denseOut {
 		c.finish(out, res, true)
 	}
@@ -154,7 +154,7 @@ func planSparseAllgather(pl *spPlan, p, dim int, w spWire, sup spSupports) {
 	}
 	merge := mergePasses(k, dim, p)
 	for r := range p {
-		pl.reduce(r, mem[r], merge)
+		pl.red[r] += mem[r] * merge
 		if w.lossy() {
 			pl.memRecv[r] += mem[r]
 		}

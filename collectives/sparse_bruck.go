@@ -107,7 +107,7 @@ func (pl *spPlan) bruck(size, mem, codec []float64, reduceFactor float64) {
 		for d := 1; d < p; d *= 2 {
 			to, n := (r-d+p)%p, min(d, p-d)
 			pl.memRecv[to] += mems(r, n)
-			pl.reduce(to, mems(r, n), reduceFactor)
+			pl.red[to] += mems(r, n) * reduceFactor
 			pl.codec[to] += codecs(r, n)
 			pl.msg(r, to, sizes(r, n), 0, 0)
 		}

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/sparcml/sparcml/sparse"
-	"github.com/sparcml/sparcml/transport"
 )
 
 // IndexWire says how the exact sparse allreduce sends the indices of its
@@ -75,45 +74,6 @@ func (c *spCall[T]) encodeExact(dst []byte, v *sparse.Vector[T], lo, hi int) ([]
 		return v.AppendEncodeRangePacked(dst, lo, hi)
 	}
 	return v.AppendEncodeRange(dst, lo, hi)
-}
-
-// reportMerge reports a merge of parts (sparse.SumAll, sparse.Add) to
-// t's Work, as mergeWork counts it.
-func reportMerge[T Float](t transport.Transport, parts []*sparse.Vector[T]) {
-	reportMergeWork(t, mergeWork(parts))
-}
-
-// mergeWork is what a merge of parts costs, in bytes by kernel: an
-// element vector's entries merged; a block vector's rows merged by their
-// indices, their values reduced once as dense arrays, as the cost model
-// prices them (spPlan.reduce). Counted before the merge when the merge
-// recycles the parts' buffers.
-func mergeWork[T Float](parts []*sparse.Vector[T]) [2]int {
-	if !anyBlock(parts) {
-		return [2]int{entryBytes(parts), 0}
-	}
-	rows := 0
-	for _, v := range parts {
-		rows += v.NNZ()
-	}
-	return [2]int{rows * sparse.IndexSize, rows * parts[0].EntrySize()}
-}
-
-// reportMergeWork reports mergeWork's bytes: merged, then reduced.
-func reportMergeWork(t transport.Transport, w [2]int) {
-	transport.Work(t, transport.KernelMerge, w[0])
-	if w[1] > 0 {
-		transport.Work(t, transport.KernelReduce, w[1])
-	}
-}
-
-func anyBlock[T Float](parts []*sparse.Vector[T]) bool {
-	for _, v := range parts {
-		if v.IsBlock() {
-			return true
-		}
-	}
-	return false
 }
 
 // entryBytes is the size of the entries of parts (an index and a value

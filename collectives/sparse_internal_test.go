@@ -383,28 +383,3 @@ func TestEqualRangesSkewed(t *testing.T) {
 		})
 	}
 }
-
-// TestPlanReduceBlockRows: a block vector's rows are charged their
-// indices per merge pass (at SparseGamma) and their values once (at
-// Gamma); an element vector's entries every pass at SparseGamma.
-func TestPlanReduceBlockRows(t *testing.T) {
-	m := CostModel{Gamma: 1e-9, SparseGamma: 1e-8}
-	const rows, row, passes = 10, 256, 3
-	mem := float64(rows * (sparse.IndexSize + row))
-
-	elem := newSpPlan(m, 1)
-	elem.reduce(0, mem, passes)
-	elem.endPhase()
-	if want := mem * passes * m.SparseGamma; math.Abs(elem.seconds-want) > 1e-15 {
-		t.Fatalf("element entries: %g s, want %g", elem.seconds, want)
-	}
-
-	block := newSpPlan(m, 1)
-	block.row = row
-	block.reduce(0, mem, passes)
-	block.endPhase()
-	want := rows*sparse.IndexSize*passes*m.SparseGamma + rows*row*m.Gamma
-	if math.Abs(block.seconds-want) > 1e-15 {
-		t.Fatalf("block rows: %g s, want %g", block.seconds, want)
-	}
-}

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/sparcml/sparcml/sparse"
+	"github.com/sparcml/sparcml/transport"
 )
 
 // ssarRecursiveDoubling is SparCML's SSAR recursive doubling: log2(P)
@@ -159,7 +160,7 @@ func (p *rdPartial[T]) merge(peer int, msg, posted []byte, more bool) error {
 	if err != nil {
 		return err
 	}
-	work := mergeWork([]*sparse.Vector[T]{p.cur, recvd}) // before the merge recycles their buffers
+	work := entryBytes([]*sparse.Vector[T]{p.cur, recvd})
 	encoded := 0
 	switch {
 	case recvd.Dense && !recvd.IsBlock() && spViews(recvd, msg):
@@ -189,7 +190,7 @@ func (p *rdPartial[T]) merge(peer int, msg, posted []byte, more bool) error {
 	if err != nil {
 		return c.op.Fail(err)
 	}
-	reportMergeWork(c.op.T, work)
+	transport.Work(c.op.T, transport.KernelMerge, work)
 	if encoded > 0 {
 		c.codecWork(encoded)
 	}
@@ -260,7 +261,7 @@ func planSSARRecursiveDoubling(pl *spPlan, p, dim int, w spWire, sup spSupports)
 			_, held[r+1], _ = send(r, r+1, sup.count(r, 0, dim), []int{r}, 1)
 			k := sup.count(r+1, 0, dim)
 			b, dense := w.msg(k, dim, spIdx(w, sup, []int{r + 1}, 0, dim), false)
-			pl.reduce(r+1, w.mem(k, dim, b, dense), 1)
+			pl.red[r+1] += w.mem(k, dim, b, dense)
 		}
 		pl.endPhase()
 	}
@@ -281,7 +282,7 @@ func planSSARRecursiveDoubling(pl *spPlan, p, dim int, w spWire, sup spSupports)
 				from := g.oldRank(n)
 				var mem float64
 				mem, sentDense[from], ownDense[from] = send(from, g.oldRank(n^d), k, group, 1)
-				pl.reduce(from, mem, 1)
+				pl.red[from] += mem
 			}
 		}
 		for n := range g.pof2 {

@@ -38,7 +38,7 @@ func ssarSplitAllgather[T Float](c *spCall[T], out *sparse.Vector[T], denseOut b
 	if err := sparse.SumAll(red, parts); err != nil {
 		return c.op.Fail(err)
 	}
-	reportMerge(c.op.T, parts)
+	transport.Work(c.op.T, transport.KernelMerge, entryBytes(parts))
 	return c.gatherRanges(red, out, denseOut)
 }
 
