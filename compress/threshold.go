@@ -118,9 +118,8 @@ func gatherLimit(k int, tol float64) int {
 // dst[:base] (ok) or stopped after scanned entries (not ok).
 func settleThreshold[K key](s *scratch, dst []uint32, base int, keys []K, k int, t K, tol float64, r *Result, ok bool, scanned int) (_ []uint32, _ bool, est float64) {
 	lo, hi := bounds(k, tol)
-	limit := max(hi, candidateFactor*k)
 	if !ok {
-		return dst, false, float64(limit+1) * float64(len(keys)) / float64(scanned)
+		return dst, false, float64(gatherLimit(k, tol)+1) * float64(len(keys)) / float64(scanned)
 	}
 	c := len(dst) - base
 	switch {

@@ -43,11 +43,3 @@ func AppendAtLeast32(dst []uint32, keys []uint32, t, base uint32) []uint32 {
 	}
 	return dst
 }
-
-// grow returns dst with room for n more elements.
-func grow(dst []uint32, n int) []uint32 {
-	if cap(dst)-len(dst) < n {
-		dst = append(dst[:cap(dst)], make([]uint32, n)...)[:len(dst)]
-	}
-	return dst
-}

@@ -3,6 +3,7 @@
 package vec
 
 import (
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -60,7 +61,7 @@ func atLeast32Vec(dst, keys []uint32, t, base uint32) ([]uint32, int) {
 	if !useAtLeast || n == 0 {
 		return dst, 0
 	}
-	dst = grow(dst, n)
+	dst = slices.Grow(dst, n)
 	found := atLeast32AVX2(unsafe.SliceData(dst[len(dst):cap(dst)]), &keys[0], n, t, base)
 	return dst[:len(dst)+found], n
 }
