@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/test/cluster"
+	"github.com/sparcml/sparcml/test/cluster/benchio"
 )
 
 type config struct {
@@ -74,10 +74,8 @@ func main() {
 	c.rates = strings.Split(*rates, ",")
 	c.denseAlgos, c.sparseAlgo = split(*dense), split(*sparse)
 	c.dists, c.quants, c.indices = split(*dists), split(*quants), split(*indices)
-	for _, p := range []*string{&c.sparcml, &c.mpiDir, &c.out} {
-		if *p, err = filepath.Abs(*p); err != nil {
-			fail(err)
-		}
+	if err := benchio.Abs(&c.sparcml, &c.mpiDir, &c.out); err != nil {
+		fail(err)
 	}
 	if err := cluster.Unavailable(); err != nil {
 		fail(err)
@@ -158,14 +156,14 @@ func runSetting(c config, w io.Writer, p int, rate string) error {
 	}
 	defer cl.Close()
 	s := setting{Hosts: p, PerHost: c.perHost, Rate: rate, RateMbps: cl.RateMbps(0), ProbeMbps: cl.ProbeMbps, ProbeOK: cl.ProbeErr == nil,
-		MTU: cl.MTU, Commit: commit(), CPUs: runtime.NumCPU()}
+		MTU: cl.MTU, Commit: benchio.Commit(), CPUs: runtime.NumCPU()}
 	ring, err := cl.ProbeRing(3)
 	if err != nil {
 		return err
 	}
-	s.RingMbpsMin, s.RingMbpsMed = slices.Min(ring), median(ring)
+	s.RingMbpsMin, s.RingMbpsMed = slices.Min(ring), benchio.Median(ring)
 	logf("cluster %s: %d hosts at %s; probe host 0 -> 1 %.0f Mbit/s (within 5%%: %v), every host at once %.0f..%.0f Mbit/s; load %s",
-		cl.ID, p, rate, s.ProbeMbps, s.ProbeOK, s.RingMbpsMin, slices.Max(ring), loadAvg())
+		cl.ID, p, rate, s.ProbeMbps, s.ProbeOK, s.RingMbpsMin, slices.Max(ring), benchio.Load())
 	emit := func(row map[string]any) error {
 		b, _ := json.Marshal(s)
 		var base map[string]any
@@ -173,7 +171,7 @@ func runSetting(c config, w io.Writer, p int, rate string) error {
 		for k, v := range row {
 			base[k] = v
 		}
-		base["load"] = loadAvg() // the 1-minute load average after the case
+		base["load"] = benchio.Load() // the 1-minute load average after the case
 		line, err := json.Marshal(base)
 		if err != nil {
 			return err
@@ -271,15 +269,11 @@ func (r *runner) sparcml(extra map[string]any, args ...string) error {
 }
 
 func (r *runner) emitLines(stdout string, extra map[string]any) error {
-	n := 0
-	for _, l := range strings.Split(stdout, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "{") {
-			continue
-		}
-		var row map[string]any
-		if err := json.Unmarshal([]byte(l), &row); err != nil {
-			return fmt.Errorf("bad JSON line %q: %v", l, err)
-		}
+	rows, err := benchio.Rows(stdout)
+	if err != nil {
+		return err
+	}
+	for _, row := range rows {
 		for k, v := range extra {
 			row[k] = v
 		}
@@ -287,10 +281,6 @@ func (r *runner) emitLines(stdout string, extra map[string]any) error {
 		if err := r.emit(row); err != nil {
 			return err
 		}
-		n++
-	}
-	if n == 0 {
-		return errors.New("no result in the output:\n" + stdout)
 	}
 	return nil
 }
@@ -323,30 +313,4 @@ func (r *runner) mpiAllgatherv(density, dist string) error {
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "benchcluster: "+format+"\n", args...)
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func commit() string {
-	out, err := exec.Command("git", "describe", "--always", "--dirty").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
 }

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/test/cluster"
+	"github.com/sparcml/sparcml/test/cluster/benchio"
 )
 
 type config struct {
@@ -62,12 +62,8 @@ func main() {
 	flag.StringVar(&c.bucketCapMB, "bucket-cap-mb", "", "overlap_bench.py's --bucket-cap-mb (default: the tool's), e.g. 0,4 for DDP's default buckets beside 4 MiB ones")
 	flag.StringVar(&c.label, "label", "", "added to every row as \"label\" (what the tree holds, e.g. the branches merged)")
 	flag.Parse()
-	for _, p := range []*string{&c.sparcml, &c.python, &c.pythonPath, &c.out} {
-		abs, err := filepath.Abs(*p)
-		if err != nil {
-			fail(err)
-		}
-		*p = abs
+	if err := benchio.Abs(&c.sparcml, &c.python, &c.pythonPath, &c.out); err != nil {
+		fail(err)
 	}
 	if err := run(c); err != nil {
 		fail(err)
@@ -145,7 +141,7 @@ func withLock(path string, fn func() error) error {
 
 func runLocal(c config, w io.Writer, bc benchCase) error {
 	args := append([]string{"run", "-n", fmt.Sprint(bc.np), "--no-prefix", "--", c.python, bc.tool}, bc.args...)
-	logf("%s: %d ranks on this host, load %s: sparcml %s", bc.name, bc.np, loadAvg(), strings.Join(args, " "))
+	logf("%s: %d ranks on this host, load %s: sparcml %s", bc.name, bc.np, benchio.Load(), strings.Join(args, " "))
 	cmd := exec.Command(c.sparcml, args...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+c.pythonPath)
 	cmd.Stderr = os.Stderr
@@ -153,7 +149,7 @@ func runLocal(c config, w io.Writer, bc benchCase) error {
 	if err != nil {
 		return fmt.Errorf("%v\n%s", err, out)
 	}
-	return emit(w, string(out), map[string]any{"bench": bc.name, "hosts": 1, "load": loadAvg(), "commit": commit(), "label": c.label})
+	return emit(w, string(out), map[string]any{"bench": bc.name, "hosts": 1, "load": benchio.Load(), "commit": benchio.Commit(), "label": c.label})
 }
 
 func runCluster(c config, w io.Writer, bc benchCase) error {
@@ -162,7 +158,7 @@ func runCluster(c config, w io.Writer, bc benchCase) error {
 		return err
 	}
 	defer cl.Close()
-	logf("%s: cluster %s, %d hosts at %s, probe host 0 -> 1 %.0f Mbit/s, load %s", bc.name, cl.ID, bc.hosts, bc.rate, cl.ProbeMbps, loadAvg())
+	logf("%s: cluster %s, %d hosts at %s, probe host 0 -> 1 %.0f Mbit/s, load %s", bc.name, cl.ID, bc.hosts, bc.rate, cl.ProbeMbps, benchio.Load())
 	cmd := append([]string{c.python, bc.tool}, bc.args...)
 	logf("  %s", strings.Join(cmd, " "))
 	j, err := cl.Start(cluster.Job{Cmd: cmd, Env: []string{"PYTHONPATH=" + c.pythonPath, "GLOO_SOCKET_IFNAME=" + cluster.IfName(0)}})
@@ -179,57 +175,18 @@ func runCluster(c config, w io.Writer, bc benchCase) error {
 		}
 	}
 	return emit(w, res[0].Stdout, map[string]any{"bench": bc.name, "hosts": bc.hosts, "rate": bc.rate,
-		"rate_mbps": cl.RateMbps(0), "probe_mbps": cl.ProbeMbps, "load": loadAvg(), "commit": commit(), "label": c.label})
+		"rate_mbps": cl.RateMbps(0), "probe_mbps": cl.ProbeMbps, "load": benchio.Load(), "commit": benchio.Commit(), "label": c.label})
 }
 
-// emit appends every JSON line of stdout with extra added, and prints it.
+// emit appends every JSON row of stdout with extra added, and prints it.
 func emit(w io.Writer, stdout string, extra map[string]any) error {
-	n := 0
-	for _, l := range strings.Split(stdout, "\n") {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "{") {
-			continue
-		}
-		var row map[string]any
-		if err := json.Unmarshal([]byte(l), &row); err != nil {
-			return fmt.Errorf("bad JSON line %q: %v", l, err)
-		}
-		for k, v := range extra {
-			row[k] = v
-		}
-		line, err := json.Marshal(row)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%s\n", line)
-		if _, err := fmt.Fprintf(w, "%s\n", line); err != nil {
-			return err
-		}
-		n++
+	lines, err := benchio.Append(w, stdout, extra)
+	for _, l := range lines {
+		os.Stdout.Write(l)
 	}
-	if n == 0 {
-		return errors.New("no JSON line in rank 0's output:\n" + stdout)
-	}
-	return nil
+	return err
 }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "benchtorch: "+format+"\n", args...)
-}
-
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
-}
-
-func commit() string {
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
 }

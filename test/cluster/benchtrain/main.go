@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml/test/cluster"
+	"github.com/sparcml/sparcml/test/cluster/benchio"
 )
 
 type config struct {
@@ -57,11 +58,8 @@ func main() {
 		"sparcml train arguments of the MLP case; jobs separated by ';' run one after another (the first is the reference)")
 	flag.StringVar(&c.only, "only", "", "run one case: logreg|mlp")
 	flag.Parse()
-	for _, p := range []*string{&c.sparcml, &c.out, &c.md} {
-		var err error
-		if *p, err = filepath.Abs(*p); err != nil {
-			fail(err)
-		}
+	if err := benchio.Abs(&c.sparcml, &c.out, &c.md); err != nil {
+		fail(err)
 	}
 	if err := cluster.Unavailable(); err != nil {
 		fail(err)
@@ -137,7 +135,7 @@ func runCase(c config, w io.Writer, tc trainCase) ([]record, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	logf("%s: cluster %s, %d hosts at %s, probe host 0 -> 1 %.0f Mbit/s, load %s", tc.name, cl.ID, tc.hosts, tc.rate, cl.ProbeMbps, loadAvg())
+	logf("%s: cluster %s, %d hosts at %s, probe host 0 -> 1 %.0f Mbit/s, load %s", tc.name, cl.ID, tc.hosts, tc.rate, cl.ProbeMbps, benchio.Load())
 	var recs []record
 	for round := 1; round <= c.rounds; round++ {
 		for _, job := range strings.Split(tc.args, ";") {
@@ -170,40 +168,22 @@ func runJob(c config, w io.Writer, cl *cluster.Cluster, tc trainCase, round int,
 		}
 	}
 	extra := map[string]any{"case": tc.name, "hosts": tc.hosts, "rate": tc.rate, "rate_mbps": cl.RateMbps(0),
-		"probe_mbps": cl.ProbeMbps, "round": round, "load": loadAvg()}
+		"probe_mbps": cl.ProbeMbps, "round": round, "load": benchio.Load()}
 	return emit(w, res[0].Stdout, extra)
 }
 
 // emit writes every JSON record of stdout with extra added and returns
 // them parsed.
 func emit(w io.Writer, stdout string, extra map[string]any) ([]record, error) {
-	var recs []record
-	for _, l := range strings.Split(stdout, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "{") {
-			continue
-		}
-		var row map[string]any
-		if err := json.Unmarshal([]byte(l), &row); err != nil {
-			return nil, fmt.Errorf("bad JSON line %q: %v", l, err)
-		}
-		for k, v := range extra {
-			row[k] = v
-		}
-		line, err := json.Marshal(row)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := fmt.Fprintf(w, "%s\n", line); err != nil {
-			return nil, err
-		}
-		var r record
-		if err := json.Unmarshal(line, &r); err != nil {
-			return nil, err
-		}
-		recs = append(recs, r)
+	lines, err := benchio.Append(w, stdout, extra)
+	if err != nil {
+		return nil, err
 	}
-	if len(recs) == 0 {
-		return nil, errors.New("no record in the output:\n" + stdout)
+	recs := make([]record, len(lines))
+	for i, l := range lines {
+		if err := json.Unmarshal(l, &recs[i]); err != nil {
+			return nil, err
+		}
 	}
 	return recs, nil
 }
@@ -279,38 +259,17 @@ func summarize(w io.Writer, tc trainCase, recs []record) {
 	fmt.Fprintln(w)
 	for _, r := range rounds[keys[0]][1:] {
 		fmt.Fprintf(w, "%s against %s, median over %d rounds: epoch time %.1fx shorter; first's final accuracy reached %s sooner\n\n",
-			r.variant, rounds[keys[0]][0].variant, len(keys), median(epochRatio[r.variant]), medianOrNever(reachRatio[r.variant], len(keys)))
+			r.variant, rounds[keys[0]][0].variant, len(keys), benchio.Median(epochRatio[r.variant]), medianOrNever(reachRatio[r.variant], len(keys)))
 	}
 }
 
 func medianOrNever(v []float64, rounds int) string {
 	if len(v) < rounds {
-		return fmt.Sprintf("(in %d of %d rounds) %.1fx", len(v), rounds, median(v))
+		return fmt.Sprintf("(in %d of %d rounds) %.1fx", len(v), rounds, benchio.Median(v))
 	}
-	return fmt.Sprintf("%.1fx", median(v))
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return fmt.Sprintf("%.1fx", benchio.Median(v))
 }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "benchtrain: "+format+"\n", args...)
-}
-
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[0]
 }

@@ -24,6 +24,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/sparcml/sparcml/test/cluster/benchio"
 )
 
 // row is what this tool reads of one result line.
@@ -142,18 +144,9 @@ func mergeRounds(rows []row) []row {
 		bws[i] = append(bws[i], r.BusBW)
 	}
 	for i := range out {
-		out[i].TimeUS, out[i].BusBW, out[i].rounds = median(times[i]), median(bws[i]), len(times[i])
+		out[i].TimeUS, out[i].BusBW, out[i].rounds = benchio.Median(times[i]), benchio.Median(bws[i]), len(times[i])
 	}
 	return out
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // loadRange is the range of the load averages recorded with rs.
