@@ -46,8 +46,11 @@ type Config struct {
 	OnFailure string // abort (default) or shrink: go on without a lost rank
 
 	// Compression (--reduce topk).
-	Select        string // exact, sampled, reuse, random
-	WarmupEpochs  float64
+	Select       string // exact, sampled, reuse, random
+	WarmupEpochs float64
+	// GlobalPeriod is, with the global scope, the steps an exact global
+	// threshold serves (0: the library's default).
+	GlobalPeriod  int
 	ErrorFeedback bool
 }
 
@@ -142,6 +145,8 @@ func (c *Config) Check() error {
 		return fmt.Errorf("unknown --select %q (want exact, sampled, reuse or random)", c.Select)
 	case c.WarmupEpochs < 0:
 		return fmt.Errorf("--warmup-epochs %g < 0", c.WarmupEpochs)
+	case c.GlobalPeriod < 0:
+		return fmt.Errorf("--global-period %d < 0", c.GlobalPeriod)
 	case c.OnFailure != "" && c.OnFailure != "abort" && c.OnFailure != "shrink":
 		return fmt.Errorf("unknown --on-failure %q (want abort or shrink)", c.OnFailure)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sparcml/sparcml"
+	"github.com/sparcml/sparcml/compress"
 	"github.com/sparcml/sparcml/train/data"
 	"github.com/sparcml/sparcml/train/model"
 )
@@ -59,6 +60,7 @@ type Record struct {
 	Momentum     float64  `json:"momentum"` // SGD's
 	Select       string   `json:"select,omitempty"`
 	WarmupEpochs float64  `json:"warmup_epochs,omitempty"`
+	GlobalPeriod int      `json:"global_period,omitempty"` // the global scope's, if set
 }
 
 // Result is a finished run: its evaluations and the trained model.
@@ -296,6 +298,9 @@ func (r *run) evaluate(ctx context.Context, step int) error {
 		rec.Density = 1
 	} else {
 		rec.Select, rec.WarmupEpochs = r.job.Cfg.Select, r.job.Cfg.WarmupEpochs
+		if r.v.Scope == compress.ScopeGlobal {
+			rec.GlobalPeriod = r.job.Cfg.GlobalPeriod
+		}
 	}
 	if sums[4] > 0 {
 		tl := sums[3] / sums[4]

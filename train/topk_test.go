@@ -139,6 +139,13 @@ func TestTopKGlobalScopeMovesK(t *testing.T) {
 	moved := func(v Variant) int {
 		n := 0
 		for _, res := range runLocal(t, cfg, v, trains, tests) {
+			want := 0 // recorded for the global scope only
+			if v.Scope == compress.ScopeGlobal {
+				want = cfg.GlobalPeriod
+			}
+			if res.Final().GlobalPeriod != want {
+				t.Fatalf("%s: records global_period %d, want %d", v.Name(), res.Final().GlobalPeriod, want)
+			}
 			m := 0
 			for i, x := range res.Model.Params() {
 				if x != init.Params()[i] {
@@ -155,6 +162,11 @@ func TestTopKGlobalScopeMovesK(t *testing.T) {
 	if n := moved(Variant{Reduce: "topk", Density: 0.01, Scope: compress.ScopeGlobal}); n != 4 {
 		t.Errorf("global scope moved %d entries, want 4", n)
 	}
+	cfg.GlobalPeriod = 1 // an exact threshold at every step: the same K
+	if n := moved(Variant{Reduce: "topk", Density: 0.01, Scope: compress.ScopeGlobal}); n != 4 {
+		t.Errorf("global scope with period 1 moved %d entries, want 4", n)
+	}
+	cfg.GlobalPeriod = 0
 	if n := moved(Variant{Reduce: "topk", Density: 0.01}); n <= 4 {
 		t.Errorf("union moved %d entries, want more than the global scope's 4", n)
 	}

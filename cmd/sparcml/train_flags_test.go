@@ -16,7 +16,10 @@ func TestTrainScopeFlag(t *testing.T) {
 	if f, err = parseTrainFlags([]string{"--reduce", "topk"}); err != nil || f.variants[0].Scope != compress.ScopeUnion {
 		t.Fatalf("default scope: %+v, %v", f, err)
 	}
-	for _, args := range [][]string{{"--scope", "global"}, {"--reduce", "topk", "--scope", "local"}} {
+	if f, err = parseTrainFlags([]string{"--reduce", "topk", "--scope", "global", "--global-period", "1"}); err != nil || f.cfg.GlobalPeriod != 1 {
+		t.Fatalf("--global-period 1: %+v, %v", f, err)
+	}
+	for _, args := range [][]string{{"--scope", "global"}, {"--reduce", "topk", "--scope", "local"}, {"--reduce", "topk", "--scope", "global", "--global-period", "-1"}} {
 		if _, err := parseTrainFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
 		} else if _, ok := err.(usageError); !ok {
