@@ -166,7 +166,20 @@ func TestTopKGlobalScopeMovesK(t *testing.T) {
 	if n := moved(Variant{Reduce: "topk", Density: 0.01, Scope: compress.ScopeGlobal}); n != 4 {
 		t.Errorf("global scope with period 1 moved %d entries, want 4", n)
 	}
-	cfg.GlobalPeriod = 0
+	// Over several steps the period reaches the compressor: exact
+	// selections on every step send other bytes than the estimates
+	// between exact steps.
+	long := cfg
+	long.Epochs = 6
+	bytesWith := func(period int) float64 {
+		long.GlobalPeriod = period
+		return runLocal(t, long, Variant{Reduce: "topk", Density: 0.01, Scope: compress.ScopeGlobal}, trains, tests)[0].Final().BytesSent
+	}
+	exact, estimated := bytesWith(1), bytesWith(0)
+	t.Logf("bytes a rank over %d steps: period 1 %v, default period %v", long.Epochs, exact, estimated)
+	if exact == estimated {
+		t.Errorf("period 1 and the default period sent the same bytes a rank (%v): the period did not reach the compressor", exact)
+	}
 	if n := moved(Variant{Reduce: "topk", Density: 0.01}); n <= 4 {
 		t.Errorf("union moved %d entries, want more than the global scope's 4", n)
 	}

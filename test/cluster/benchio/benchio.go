@@ -37,9 +37,9 @@ func Rows(out string) ([]map[string]any, error) {
 	return rows, nil
 }
 
-// Line is row with extra's keys set, as one JSON line (newline included).
+// line is row with extra's keys set, as one JSON line (newline included).
 // row is changed in place.
-func Line(row, extra map[string]any) ([]byte, error) {
+func line(row, extra map[string]any) ([]byte, error) {
 	for k, v := range extra {
 		row[k] = v
 	}
@@ -59,14 +59,14 @@ func Append(w io.Writer, out string, extra map[string]any) ([][]byte, error) {
 	}
 	lines := make([][]byte, 0, len(rows))
 	for _, row := range rows {
-		line, err := Line(row, extra)
+		l, err := line(row, extra)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := w.Write(line); err != nil {
+		if _, err := w.Write(l); err != nil {
 			return nil, err
 		}
-		lines = append(lines, line)
+		lines = append(lines, l)
 	}
 	return lines, nil
 }
