@@ -54,6 +54,17 @@ type CompressorConfig struct {
 	// (collectives.EstimateHistogram). Zero means
 	// collectives.DefaultGlobalTopkPeriod.
 	GlobalPeriod int
+	// GlobalWarmupEpochs is, with ScopeGlobal, the epochs (as SetEpoch
+	// counts them) over which the count the global selection keeps falls
+	// from Size()·k, what the union of the ranks' selections holds at
+	// most, to k: k·P^(1 - epoch/GlobalWarmupEpochs), exponentially, as
+	// compress.WarmupDensity falls. Each rank still selects k, so the
+	// warm-up sends at most the union's bytes, where the density warm-up
+	// (compress.Config.WarmupEpochs) sends up to 25% of n a rank; it
+	// applies more of the selections while the learning rate is high
+	// (docs/TRAINING.md, "Global top-k against the union at P = 8").
+	// Zero: k from the first step.
+	GlobalWarmupEpochs float64
 }
 
 // GlobalTopkStats describes a global top-k reduction (ScopeGlobal).
@@ -102,6 +113,7 @@ type Compressor[T Float] struct {
 	recv    SparseVector[T]
 	norm    [1]float64
 	last    *CompressRequest
+	epoch   float64 // SetEpoch's
 }
 
 // NewCompressor returns a Compressor for gradients of n entries on c,
@@ -117,8 +129,9 @@ func NewCompressor[T Float](c *Comm, n int, cfg CompressorConfig) (*Compressor[T
 	if !cfg.Quant.Valid() {
 		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: value encoding %v", c.Rank(), ErrInvalid, cfg.Quant)
 	}
-	if !cfg.Scope.Valid() || cfg.GlobalPeriod < 0 {
-		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: scope %v, global period %d", c.Rank(), ErrInvalid, cfg.Scope, cfg.GlobalPeriod)
+	if !cfg.Scope.Valid() || cfg.GlobalPeriod < 0 || !(cfg.GlobalWarmupEpochs >= 0) {
+		return nil, fmt.Errorf("sparcml: rank %d: new compressor: %w: scope %v, global period %d, global warm-up %v epochs",
+			c.Rank(), ErrInvalid, cfg.Scope, cfg.GlobalPeriod, cfg.GlobalWarmupEpochs)
 	}
 	sp, err := compress.NewSparsifier[T](n, cfg.Sparsify)
 	if err != nil {
@@ -139,10 +152,24 @@ func (z *Compressor[T]) Len() int { return z.sp.Len() }
 // Config returns the configuration, defaults filled in.
 func (z *Compressor[T]) Config() CompressorConfig { return z.cfg }
 
-// SetEpoch tells the density warm-up how far training has come (an
-// epoch count; fractions allowed, see compress.WarmupDensity). Every rank
-// must pass the same.
-func (z *Compressor[T]) SetEpoch(epoch float64) { z.sp.SetEpoch(epoch) }
+// SetEpoch tells the warm-ups (the density's, and with ScopeGlobal the
+// count kept's) how far training has come (an epoch count; fractions
+// allowed, see compress.WarmupDensity). Every rank must pass the same.
+func (z *Compressor[T]) SetEpoch(epoch float64) {
+	z.epoch = epoch
+	z.sp.SetEpoch(epoch)
+}
+
+// globalKeep is the count the global selection keeps at this epoch when
+// each rank selects k (CompressorConfig.GlobalWarmupEpochs).
+func (z *Compressor[T]) globalKeep(k int) int {
+	e := z.cfg.GlobalWarmupEpochs
+	if e == 0 || z.epoch >= e {
+		return k
+	}
+	p := float64(z.c.Size())
+	return int(math.Ceil(float64(k) * math.Pow(p, 1-max(z.epoch, 0)/e)))
+}
 
 // CompressStats describes one reduction on this rank.
 type CompressStats struct {
@@ -314,7 +341,7 @@ func (z *Compressor[T]) finish(r *CompressRequest, sr *Request, grad []T, avg *S
 // (ScopeGlobal): the average of the kept sums, every rank's sum divided by
 // Size(), the ranks that did not select an index counting as zeros.
 func (z *Compressor[T]) startGlobal(ctx context.Context, r *CompressRequest, grad []T, dst *SparseVector[T], intoGrad bool) *CompressRequest {
-	k := r.stats.K
+	k := z.globalKeep(r.stats.K)
 	gs := new(GlobalTopkStats)
 	fn := func(op *collectives.Op, _ callConfig) (Algo, error) {
 		var err error

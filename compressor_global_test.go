@@ -66,8 +66,23 @@ func TestCompressorGlobalMasksOnlyKept(t *testing.T) {
 	}
 }
 
+// TestCompressorGlobalWarmup: over GlobalWarmupEpochs the count kept
+// falls from P·k to k, ceil(k·P^(1 - epoch/3)) at epochs 0, 1 and 2 and
+// k from epoch 3 on, exactly on the exact steps and through the estimate
+// on the others.
+func TestCompressorGlobalWarmup(t *testing.T) {
+	for _, p := range []int{3, 8} {
+		t.Run(fmt.Sprintf("p%d", p), func(t *testing.T) {
+			cfg := CompressorConfig{Sparsify: compress.Config{Density: 0.02, Momentum: 0.9}, Scope: compress.ScopeGlobal,
+				GlobalPeriod: 2, GlobalWarmupEpochs: 3}
+			runGlobalReference(t, p, "seeded", cfg)
+		})
+	}
+}
+
 // runGlobalReference runs 5 steps of ScopeGlobal Compressors on p local
-// ranks and checks every step with checkGlobalReference.
+// ranks, step s at epoch s, and checks every step with
+// checkGlobalReference.
 func runGlobalReference(t *testing.T, p int, kind string, cfg CompressorConfig) {
 	t.Helper()
 	const n, steps = 3000, 5
@@ -92,6 +107,7 @@ func runGlobalReference(t *testing.T, p int, kind string, cfg CompressorConfig) 
 		}
 		for s := range steps {
 			g := globalGradient(kind, c.Rank(), s, n)
+			z.SetEpoch(float64(s))
 			st, err := z.Reduce(ctx, g)
 			if err != nil {
 				return err
@@ -146,6 +162,9 @@ func checkGlobalReference(t *testing.T, p, n int, kind string, cfg CompressorCon
 			}
 		}
 		gs := stats[s][0].Global
+		if e := cfg.GlobalWarmupEpochs; float64(s) < e {
+			k = int(math.Ceil(float64(k) * math.Pow(float64(p), 1-float64(s)/e)))
+		}
 		var nz []int
 		for i, x := range sums {
 			if x != 0 {

@@ -446,6 +446,10 @@ func TestCompressorMisuse(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	_, err = NewCompressor[float32](comms[0], 10, CompressorConfig{Scope: compress.Scope(7)})
 	require.ErrorIs(t, err, ErrInvalid)
+	for _, start := range []float64{-1, math.NaN()} {
+		_, err = NewCompressor[float32](comms[0], 10, CompressorConfig{Scope: compress.ScopeGlobal, GlobalWarmupEpochs: start})
+		require.ErrorIs(t, err, ErrInvalid, "global warm-up %v epochs", start)
+	}
 	for _, clip := range []float64{0, 1} {
 		for _, misuse := range []string{"99 entries", "nil output", "99 entries global"} {
 			scope := compress.ScopeUnion

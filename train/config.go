@@ -50,8 +50,12 @@ type Config struct {
 	WarmupEpochs float64
 	// GlobalPeriod is, with the global scope, the steps an exact global
 	// threshold serves (0: the library's default).
-	GlobalPeriod  int
-	ErrorFeedback bool
+	GlobalPeriod int
+	// GlobalWarmupEpochs is, with the global scope, the epochs over which
+	// the count kept falls from P·k to k
+	// (CompressorConfig.GlobalWarmupEpochs).
+	GlobalWarmupEpochs float64
+	ErrorFeedback      bool
 }
 
 // Defaults fills the zero fields of c with the defaults of its model:
@@ -147,6 +151,8 @@ func (c *Config) Check() error {
 		return fmt.Errorf("--warmup-epochs %g < 0", c.WarmupEpochs)
 	case c.GlobalPeriod < 0:
 		return fmt.Errorf("--global-period %d < 0", c.GlobalPeriod)
+	case !(c.GlobalWarmupEpochs >= 0):
+		return fmt.Errorf("--global-warmup-epochs %g must not be negative", c.GlobalWarmupEpochs)
 	case c.OnFailure != "" && c.OnFailure != "abort" && c.OnFailure != "shrink":
 		return fmt.Errorf("unknown --on-failure %q (want abort or shrink)", c.OnFailure)
 	}

@@ -39,7 +39,8 @@ func newTopK(comm *sparcml.Comm, v Variant, m model.Model, cfg *Config) (Reducer
 			sp.LayerSizes = append(sp.LayerSizes, t.Size())
 		}
 	}
-	z, err := sparcml.NewCompressor[float32](comm, len(m.Params()), sparcml.CompressorConfig{Sparsify: sp, Quant: v.Quant, Scope: v.Scope, GlobalPeriod: cfg.GlobalPeriod})
+	z, err := sparcml.NewCompressor[float32](comm, len(m.Params()), sparcml.CompressorConfig{Sparsify: sp, Quant: v.Quant, Scope: v.Scope,
+		GlobalPeriod: cfg.GlobalPeriod, GlobalWarmupEpochs: cfg.GlobalWarmupEpochs})
 	if err != nil {
 		return nil, fmt.Errorf("topk: %w", err)
 	}

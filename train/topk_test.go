@@ -180,8 +180,21 @@ func TestTopKGlobalScopeMovesK(t *testing.T) {
 	if exact == estimated {
 		t.Errorf("period 1 and the default period sent the same bytes a rank (%v): the period did not reach the compressor", exact)
 	}
-	if n := moved(Variant{Reduce: "topk", Density: 0.01}); n <= 4 {
-		t.Errorf("union moved %d entries, want more than the global scope's 4", n)
+	union := moved(Variant{Reduce: "topk", Density: 0.01})
+	if union <= 4 {
+		t.Errorf("union moved %d entries, want more than the global scope's 4", union)
+	}
+	// At the start of --global-warmup-epochs the global selection keeps
+	// up to P·K = 16 sums, all of the 4 ranks' 4 each: the one step, at
+	// epoch 0, moves what the union moves, and the record carries the
+	// setting.
+	cfg.GlobalPeriod, cfg.GlobalWarmupEpochs = 0, 1
+	warm := Variant{Reduce: "topk", Density: 0.01, Scope: compress.ScopeGlobal}
+	if n := moved(warm); n != union {
+		t.Errorf("global scope at the start of its warm-up moved %d entries, want the union's %d", n, union)
+	}
+	if got := runLocal(t, cfg, warm, trains, tests)[0].Final().GlobalWarmup; got != 1 {
+		t.Errorf("records global_warmup_epochs %v, want 1", got)
 	}
 }
 

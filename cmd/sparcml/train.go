@@ -85,6 +85,7 @@ func newTrainFlags(f *trainFlags, v *trainFlagValues) *flag.FlagSet {
 	fs.StringVar(&c.Select, "select", "exact", "topk: selection exact|sampled|reuse|random (random-k, for comparison)")
 	fs.Float64Var(&c.WarmupEpochs, "warmup-epochs", 0, "topk: epochs of density warm-up (from 25% down to --density)")
 	fs.IntVar(&c.GlobalPeriod, "global-period", 0, "topk with the global scope: steps an exact global threshold serves, the ones between estimating it (0: the library's default)")
+	fs.Float64Var(&c.GlobalWarmupEpochs, "global-warmup-epochs", 0, "topk with the global scope: epochs over which the count kept falls from P times --density to --density (each rank still sends its --density)")
 	fs.BoolVar(&v.noEF, "no-error-feedback", false, "topk: drop what is not sent (the ablation)")
 	fs.BoolVar(&v.noMask, "no-momentum-masking", false, "topk: keep the velocity of the entries sent (no DGC momentum-factor masking)")
 	fs.StringVar(&v.scope, "scope", "union", "topk: union sums every rank's selection exactly; global keeps about --density of those sums, the largest over every rank (Ok-Topk's global top-k; lossy)")

@@ -19,7 +19,11 @@ func TestTrainScopeFlag(t *testing.T) {
 	if f, err = parseTrainFlags([]string{"--reduce", "topk", "--scope", "global", "--global-period", "1"}); err != nil || f.cfg.GlobalPeriod != 1 {
 		t.Fatalf("--global-period 1: %+v, %v", f, err)
 	}
-	for _, args := range [][]string{{"--scope", "global"}, {"--reduce", "topk", "--scope", "local"}, {"--reduce", "topk", "--scope", "global", "--global-period", "-1"}} {
+	if f, err = parseTrainFlags([]string{"--reduce", "topk", "--scope", "global", "--global-warmup-epochs", "4"}); err != nil || f.cfg.GlobalWarmupEpochs != 4 {
+		t.Fatalf("--global-warmup-epochs 4: %+v, %v", f, err)
+	}
+	for _, args := range [][]string{{"--scope", "global"}, {"--reduce", "topk", "--scope", "local"}, {"--reduce", "topk", "--scope", "global", "--global-period", "-1"},
+		{"--reduce", "topk", "--scope", "global", "--global-warmup-epochs", "-1"}, {"--reduce", "topk", "--scope", "global", "--global-warmup-epochs", "NaN"}} {
 		if _, err := parseTrainFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
 		} else if _, ok := err.(usageError); !ok {
