@@ -60,8 +60,9 @@ type Record struct {
 	Momentum     float64  `json:"momentum"` // SGD's
 	Select       string   `json:"select,omitempty"`
 	WarmupEpochs float64  `json:"warmup_epochs,omitempty"`
-	GlobalPeriod int      `json:"global_period,omitempty"`        // the global scope's, if set
-	GlobalWarmup float64  `json:"global_warmup_epochs,omitempty"` // the global scope's, if set
+	// The global scope's, if set.
+	GlobalPeriod       int     `json:"global_period,omitempty"`
+	GlobalWarmupEpochs float64 `json:"global_warmup_epochs,omitempty"`
 }
 
 // Result is a finished run: its evaluations and the trained model.
@@ -300,7 +301,7 @@ func (r *run) evaluate(ctx context.Context, step int) error {
 	} else {
 		rec.Select, rec.WarmupEpochs = r.job.Cfg.Select, r.job.Cfg.WarmupEpochs
 		if r.v.Scope == compress.ScopeGlobal {
-			rec.GlobalPeriod, rec.GlobalWarmup = r.job.Cfg.GlobalPeriod, r.job.Cfg.GlobalWarmupEpochs
+			rec.GlobalPeriod, rec.GlobalWarmupEpochs = r.job.Cfg.GlobalPeriod, r.job.Cfg.GlobalWarmupEpochs
 		}
 	}
 	if sums[4] > 0 {
