@@ -61,7 +61,10 @@ type CompressorConfig struct {
 	// compress.WarmupDensity falls. Each rank still selects k, so the
 	// warm-up sends at most the union's bytes, where the density warm-up
 	// (compress.Config.WarmupEpochs) sends up to 25% of n a rank; it
-	// applies more of the selections while the learning rate is high
+	// applies more of the selections while the learning rate is high.
+	// With the density warm-up as well, k is that warm-up's count at the
+	// epoch, so the first steps keep all the ranks selected; the two
+	// together are the global scope's recipe for accuracy
 	// (docs/TRAINING.md, "Global top-k against the union at P = 8").
 	// Zero: k from the first step.
 	GlobalWarmupEpochs float64
