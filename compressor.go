@@ -116,7 +116,6 @@ type Compressor[T Float] struct {
 	recv    SparseVector[T]
 	norm    [1]float64
 	last    *CompressRequest
-	epoch   float64 // SetEpoch's
 }
 
 // NewCompressor returns a Compressor for gradients of n entries on c,
@@ -158,20 +157,17 @@ func (z *Compressor[T]) Config() CompressorConfig { return z.cfg }
 // SetEpoch tells the warm-ups (the density's, and with ScopeGlobal the
 // count kept's) how far training has come (an epoch count; fractions
 // allowed, see compress.WarmupDensity). Every rank must pass the same.
-func (z *Compressor[T]) SetEpoch(epoch float64) {
-	z.epoch = epoch
-	z.sp.SetEpoch(epoch)
-}
+func (z *Compressor[T]) SetEpoch(epoch float64) { z.sp.SetEpoch(epoch) }
 
 // globalKeep is the count the global selection keeps at this epoch when
 // each rank selects k (CompressorConfig.GlobalWarmupEpochs).
 func (z *Compressor[T]) globalKeep(k int) int {
-	e := z.cfg.GlobalWarmupEpochs
-	if e == 0 || z.epoch >= e {
+	e, epoch := z.cfg.GlobalWarmupEpochs, z.sp.Epoch()
+	if e == 0 || epoch >= e {
 		return k
 	}
 	p := float64(z.c.Size())
-	return int(math.Ceil(float64(k) * math.Pow(p, 1-max(z.epoch, 0)/e)))
+	return int(math.Ceil(float64(k) * math.Pow(p, 1-max(epoch, 0)/e)))
 }
 
 // CompressStats describes one reduction on this rank.

@@ -80,6 +80,9 @@ func (s *Sparsifier[T]) Config() Config { return s.cfg }
 // WarmupDensity); without warm-up it changes nothing.
 func (s *Sparsifier[T]) SetEpoch(epoch float64) { s.epoch = epoch }
 
+// Epoch is the last SetEpoch's epoch (0 before any).
+func (s *Sparsifier[T]) Epoch() float64 { return s.epoch }
+
 // Density is the density of the next step: Config.Density once warm-up
 // is over.
 func (s *Sparsifier[T]) Density() float64 {
